@@ -1,0 +1,180 @@
+"""The hand-written dual rules: operators, comparisons, ``max``/``min``, truth.
+
+These are not in the table because each is cheaper or more exact written out:
+``+``/``-`` need no multiplication at all, ``*`` and ``/`` share one product or
+quotient between the value and both partials, and ``x ** n`` with an integer ``n``
+must use the integer power (exact for negative ``x``) and never go through ``log``.
+"""
+import math
+import operator
+
+from numba import types
+
+from . import partials as P
+from .dualtype import REAL, DualType, make_dual, value_of
+from .rules import is_dual, is_dual_or_real, overload
+
+
+def _operator(*ops):
+    """Register one overload generator for an operator and its in-place twin."""
+    def register(generator):
+        for op in ops:
+            overload(op)(generator)
+        return generator
+    return register
+
+
+def _mixed(x, y):
+    """The (dual, dual) / (dual, number) / (number, dual) case, or None."""
+    if not (is_dual(x, y) and is_dual_or_real(x, y)):
+        return None
+    if isinstance(x, DualType) and isinstance(y, DualType):
+        return "dd"
+    return "dn" if isinstance(x, DualType) else "nd"
+
+
+@_operator(operator.add, operator.iadd)
+def _add(x, y):
+    case = _mixed(x, y)
+    if case == "dd":
+        return lambda x, y: make_dual(x.val + y.val, P.add(x.parts, y.parts))
+    if case == "dn":
+        return lambda x, y: make_dual(x.val + y, x.parts)
+    if case == "nd":
+        return lambda x, y: make_dual(x + y.val, y.parts)
+    return None
+
+
+@_operator(operator.sub, operator.isub)
+def _sub(x, y):
+    case = _mixed(x, y)
+    if case == "dd":
+        return lambda x, y: make_dual(x.val - y.val, P.sub(x.parts, y.parts))
+    if case == "dn":
+        return lambda x, y: make_dual(x.val - y, x.parts)
+    if case == "nd":
+        return lambda x, y: make_dual(x - y.val, P.neg(y.parts))
+    return None
+
+
+@_operator(operator.mul, operator.imul)
+def _mul(x, y):
+    case = _mixed(x, y)
+    if case == "dd":   # product rule: x' y + y' x
+        return lambda x, y: make_dual(x.val * y.val, P.lincomb(x.parts, y.val, y.parts, x.val))
+    if case == "dn":
+        return lambda x, y: make_dual(x.val * y, P.scale(x.parts, y))
+    if case == "nd":
+        return lambda x, y: make_dual(x * y.val, P.scale(y.parts, x))
+    return None
+
+
+@_operator(operator.truediv, operator.itruediv)
+def _truediv(x, y):
+    case = _mixed(x, y)
+    if case == "dd":   # (x/y)' = x'/y - y' (x/y)/y: reuses the quotient
+        def impl(x, y):
+            q = x.val / y.val
+            return make_dual(q, P.lincomb(x.parts, 1.0 / y.val, y.parts, -q / y.val))
+        return impl
+    if case == "dn":
+        return lambda x, y: make_dual(x.val / y, P.scale(x.parts, 1.0 / y))
+    if case == "nd":
+        def impl(x, y):
+            q = x / y.val
+            return make_dual(q, P.scale(y.parts, -q / y.val))
+        return impl
+    return None
+
+
+@_operator(operator.pow, operator.ipow)
+def _pow(x, y):
+    if isinstance(x, DualType) and isinstance(y, types.Integer):
+        # Integer power: exact for negative x, and n*x**(n-1) is never 0*inf at 0.
+        def impl(x, y):
+            d = 0.0 if y == 0 else y * x.val ** (y - 1)
+            return make_dual(x.val ** y, P.scale(x.parts, d))
+        return impl
+    if _mixed(x, y) is not None:
+        return lambda x, y: math.pow(x, y)   # the table's rule
+    return None
+
+
+@overload(operator.neg)
+def _neg(x):
+    if isinstance(x, DualType):
+        return lambda x: make_dual(-x.val, P.neg(x.parts))
+    return None
+
+
+@overload(operator.pos)
+def _pos(x):
+    if isinstance(x, DualType):
+        return lambda x: x
+    return None
+
+
+def _comparison(op):
+    @overload(op)
+    def compare(x, y):
+        if _mixed(x, y) is not None:
+            return lambda x, y: op(value_of(x), value_of(y))
+        return None
+
+
+for _op in (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne):
+    _comparison(_op)
+
+
+@overload(bool)
+def _truth(x):
+    # ``if d:`` and ``while d:`` look at the value, like every comparison.
+    if isinstance(x, DualType):
+        return lambda x: x.val != 0
+    return None
+
+
+def _half_each(x, y):
+    """At a tie of max/min, half of the derivative goes to each side (JAX, autograd)."""
+    raise NotImplementedError
+
+
+@overload(_half_each)
+def _half_each_rule(x, y):
+    case = _mixed(x, y)
+    if case == "dd":
+        return lambda x, y: make_dual(x.val, P.lincomb(x.parts, 0.5, y.parts, 0.5))
+    if case == "dn":
+        return lambda x, y: make_dual(x.val, P.scale(x.parts, 0.5))
+    if case == "nd":
+        return lambda x, y: make_dual(y.val, P.scale(y.parts, 0.5))
+    return None
+
+
+@overload(max)
+def _max(x, y):
+    # Python's max(x, y) keeps x unless y > x: so does the dual, on the values.
+    if _mixed(x, y) is not None:
+        def impl(x, y):
+            xv, yv = value_of(x), value_of(y)
+            if xv == yv:
+                return _half_each(x, y)
+            if yv > xv:
+                return y
+            return x
+        return impl
+    return None
+
+
+@overload(min)
+def _min(x, y):
+    if _mixed(x, y) is not None:
+        def impl(x, y):
+            xv, yv = value_of(x), value_of(y)
+            if xv == yv:
+                return _half_each(x, y)
+            if yv < xv:
+                return y
+            return x
+        return impl
+    return None

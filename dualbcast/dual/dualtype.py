@@ -1,0 +1,128 @@
+"""The Numba dual-number type: a value plus ``n`` partials.
+
+Modelled on how Numba implements ``complex``: a ``StructModel`` value type (two
+fields, passed by value, no heap allocation), never a jitclass.  A dual of ``n``
+partials carries the derivatives of its value with respect to the ``n`` *active*
+arguments of a kernel call, so ``n`` is the number of differentiated arguments,
+not the kernel's arity.
+
+Plain numbers meet duals through :meth:`DualType.unify` and a cast (a number is a
+dual with zero partials), which is what lets a kernel write ``y = 0.0`` and later
+``y += x`` or return a constant on one branch and a dual on the other.
+"""
+from numba import types
+from numba.core import cgutils
+from numba.extending import (intrinsic, lower_cast, make_attribute_wrapper, models,
+                             overload, register_model)
+
+#: Numba types a dual meets as a constant (no partials).
+REAL = (types.Float, types.Integer, types.Boolean)
+
+
+class DualType(types.Type):
+    """``Dual(dtype, n)``: a ``dtype`` value and a ``UniTuple(dtype, n)`` of partials."""
+
+    def __init__(self, dtype, n):
+        if not isinstance(dtype, types.Float):
+            raise TypeError(f"a dual's value type must be a float type, not {dtype}")
+        self.dtype = dtype
+        self.n = int(n)
+        super().__init__(name=f"Dual({dtype}, {self.n})")
+
+    @property
+    def partials_type(self):
+        return types.UniTuple(self.dtype, self.n)
+
+    def unify(self, typingctx, other):
+        # Called when two control-flow paths (or a loop-carried variable) meet with
+        # different types.  A plain number joins a dual as a dual with zero partials.
+        if isinstance(other, DualType) and other.n == self.n:
+            return DualType(typingctx.unify_pairs(self.dtype, other.dtype), self.n)
+        if isinstance(other, REAL):
+            return DualType(typingctx.unify_pairs(self.dtype, _as_float(other)), self.n)
+        return None
+
+    def can_convert_from(self, typingctx, other):
+        # Lets a number be passed where a dual is expected (e.g. the other branch
+        # of an ``if`` returning a constant): a safe conversion, no precision lost.
+        if isinstance(other, REAL) or (isinstance(other, DualType) and other.n == self.n):
+            return types.Conversion.safe
+        return None
+
+
+def _as_float(ty):
+    return ty if isinstance(ty, types.Float) else types.float64
+
+
+@register_model(DualType)
+class DualModel(models.StructModel):
+    def __init__(self, dmm, fe_type):
+        members = [("val", fe_type.dtype), ("parts", fe_type.partials_type)]
+        super().__init__(dmm, fe_type, members)
+
+
+make_attribute_wrapper(DualType, "val", "val")
+make_attribute_wrapper(DualType, "parts", "parts")
+
+
+def build_dual(context, builder, dualty, value, parts):
+    """Codegen: pack an LLVM value and a list of LLVM partials into a dual."""
+    proxy = cgutils.create_struct_proxy(dualty)(context, builder)
+    proxy.val = value
+    proxy.parts = context.make_tuple(builder, dualty.partials_type, parts)
+    return proxy._getvalue()
+
+
+@intrinsic
+def make_dual(typingctx, value, parts):
+    """``make_dual(value, parts)``: a dual of ``value``'s float type.
+
+    The partials are cast to the value's type, so a rule may compute a derivative
+    in a wider type than its value (a float64 literal times a float32 value).
+    """
+    if not (isinstance(value, REAL) and isinstance(parts, types.UniTuple)
+            and isinstance(parts.dtype, REAL)):
+        return None
+    dtype = _as_float(value)
+    dualty = DualType(dtype, parts.count)
+
+    def codegen(context, builder, sig, args):
+        v, p = args
+        v = context.cast(builder, v, value, dtype)
+        elems = [context.cast(builder, builder.extract_value(p, i), parts.dtype, dtype)
+                 for i in range(parts.count)]
+        return build_dual(context, builder, dualty, v, elems)
+
+    return dualty(value, parts), codegen
+
+
+@lower_cast(types.Float, DualType)
+@lower_cast(types.Integer, DualType)
+@lower_cast(types.Boolean, DualType)
+def _number_to_dual(context, builder, fromty, toty, val):
+    value = context.cast(builder, val, fromty, toty.dtype)
+    zero = context.get_constant(toty.dtype, 0.0)
+    return build_dual(context, builder, toty, value, [zero] * toty.n)
+
+
+@lower_cast(DualType, DualType)
+def _dual_to_dual(context, builder, fromty, toty, val):
+    src = cgutils.create_struct_proxy(fromty)(context, builder, value=val)
+    value = context.cast(builder, src.val, fromty.dtype, toty.dtype)
+    parts = [context.cast(builder, builder.extract_value(src.parts, i), fromty.dtype, toty.dtype)
+             for i in range(fromty.n)]
+    return build_dual(context, builder, toty, value, parts)
+
+
+def value_of(x):
+    """The value of a dual, or the number itself (for use inside jitted code)."""
+    raise NotImplementedError("value_of is only callable from Numba-compiled code")
+
+
+@overload(value_of, inline="always")
+def _value_of(x):
+    if isinstance(x, DualType):
+        return lambda x: x.val
+    if isinstance(x, REAL):
+        return lambda x: x
+    return None

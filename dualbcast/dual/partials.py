@@ -1,0 +1,140 @@
+"""Arithmetic on partials tuples: the chain rule's inner loop, unrolled over ``n``.
+
+A dual's partials are a ``UniTuple(float, n)``.  These intrinsics emit straight-line
+LLVM for every ``n`` (no Python-level loop, no generated source per ``n``).
+
+Products are *NaN-safe* (ForwardDiff's convention): a partial that is exactly zero
+times a local derivative that is infinite or NaN gives zero, not NaN.  This is what
+keeps ``sqrt(x) + y`` at ``x = 0`` from poisoning the partial with respect to ``y``.
+Sums and negation need no such care and stay plain.
+"""
+from numba import types
+from numba.extending import intrinsic, overload
+
+from .dualtype import REAL, DualType
+
+
+def _float(ty):
+    return ty if isinstance(ty, types.Float) else types.float64
+
+
+def _elements(context, builder, tupty, tup, dtype):
+    return [context.cast(builder, builder.extract_value(tup, i), tupty.dtype, dtype)
+            for i in range(tupty.count)]
+
+
+def _safe_product(context, builder, dtype, partial, derivative):
+    zero = context.get_constant(dtype, 0.0)
+    is_zero = builder.fcmp_ordered("==", partial, zero)
+    return builder.select(is_zero, zero, builder.fmul(partial, derivative))
+
+
+def _is_partials(ty):
+    return isinstance(ty, types.UniTuple) and isinstance(ty.dtype, types.Float)
+
+
+@intrinsic
+def scale(typingctx, parts, d):
+    """``parts * d``, NaN-safe."""
+    if not (_is_partials(parts) and isinstance(d, REAL)):
+        return None
+    dtype = typingctx.unify_pairs(parts.dtype, _float(d))
+    rettype = types.UniTuple(dtype, parts.count)
+
+    def codegen(context, builder, sig, args):
+        p, dv = args
+        dv = context.cast(builder, dv, d, dtype)
+        out = [_safe_product(context, builder, dtype, pi, dv)
+               for pi in _elements(context, builder, parts, p, dtype)]
+        return context.make_tuple(builder, rettype, out)
+
+    return rettype(parts, d), codegen
+
+
+@intrinsic
+def lincomb(typingctx, pa, da, pb, db):
+    """``pa * da + pb * db``, each product NaN-safe (the two-argument chain rule)."""
+    if not (_is_partials(pa) and _is_partials(pb) and pa.count == pb.count
+            and isinstance(da, REAL) and isinstance(db, REAL)):
+        return None
+    dtype = typingctx.unify_types(pa.dtype, pb.dtype, _float(da), _float(db))
+    rettype = types.UniTuple(dtype, pa.count)
+
+    def codegen(context, builder, sig, args):
+        a, dav, b, dbv = args
+        dav = context.cast(builder, dav, da, dtype)
+        dbv = context.cast(builder, dbv, db, dtype)
+        out = []
+        for ai, bi in zip(_elements(context, builder, pa, a, dtype),
+                          _elements(context, builder, pb, b, dtype)):
+            out.append(builder.fadd(_safe_product(context, builder, dtype, ai, dav),
+                                    _safe_product(context, builder, dtype, bi, dbv)))
+        return context.make_tuple(builder, rettype, out)
+
+    return rettype(pa, da, pb, db), codegen
+
+
+def _make_pairwise(op_name):
+    @intrinsic
+    def pairwise(typingctx, pa, pb):
+        if not (_is_partials(pa) and _is_partials(pb) and pa.count == pb.count):
+            return None
+        dtype = typingctx.unify_pairs(pa.dtype, pb.dtype)
+        rettype = types.UniTuple(dtype, pa.count)
+
+        def codegen(context, builder, sig, args):
+            op = getattr(builder, op_name)
+            out = [op(ai, bi) for ai, bi in zip(_elements(context, builder, pa, args[0], dtype),
+                                                _elements(context, builder, pb, args[1], dtype))]
+            return context.make_tuple(builder, rettype, out)
+
+        return rettype(pa, pb), codegen
+
+    return pairwise
+
+
+add = _make_pairwise("fadd")
+add.__doc__ = "``pa + pb``."
+sub = _make_pairwise("fsub")
+sub.__doc__ = "``pa - pb``."
+
+
+@intrinsic
+def neg(typingctx, parts):
+    """``-parts``."""
+    if not _is_partials(parts):
+        return None
+
+    def codegen(context, builder, sig, args):
+        out = [builder.fneg(pi) for pi in _elements(context, builder, parts, args[0], parts.dtype)]
+        return context.make_tuple(builder, parts, out)
+
+    return parts(parts), codegen
+
+
+@intrinsic
+def zeros(typingctx, parts):
+    """Zero partials shaped like ``parts`` (piecewise-constant functions)."""
+    if not _is_partials(parts):
+        return None
+
+    def codegen(context, builder, sig, args):
+        zero = context.get_constant(parts.dtype, 0.0)
+        return context.make_tuple(builder, parts, [zero] * parts.count)
+
+    return parts(parts), codegen
+
+
+def partials_of(x, like):
+    """The partials of a dual, or zeros shaped like the tuple ``like`` for a number
+    (a kernel whose result does not depend on its active arguments)."""
+    raise NotImplementedError("partials_of is only callable from Numba-compiled code")
+
+
+@overload(partials_of, inline="always")
+def _partials_of(x, like):
+    if isinstance(x, DualType):
+        return lambda x, like: x.parts
+    if isinstance(x, REAL):
+        return lambda x, like: zeros(like)
+    return None

@@ -1,0 +1,111 @@
+"""Turn the derivative table into Numba overloads.
+
+One generator per table section; each produces the dual/dual, dual/number and
+number/dual cases of a function, and every case applies the chain rule through the
+NaN-safe helpers of :mod:`dualbcast.dual.partials`.
+"""
+import numba
+
+from . import partials as P
+from .dualtype import REAL, DualType, make_dual, value_of
+from .table import (BINARY, PIECEWISE_CONSTANT_BINARY, PIECEWISE_CONSTANT_UNARY, PREDICATES,
+                    UNARY)
+
+#: Rules divide by zero on purpose (d log at 0 is +inf): NumPy's error model.
+JIT_OPTIONS = {"error_model": "numpy"}
+
+
+def overload(fn):
+    return numba.extending.overload(fn, jit_options=JIT_OPTIONS)
+
+
+def jit_rule(formula):
+    return numba.njit(**JIT_OPTIONS)(formula)
+
+
+def is_dual(*tys):
+    return any(isinstance(t, DualType) for t in tys)
+
+
+def is_dual_or_real(*tys):
+    return all(isinstance(t, (DualType,) + REAL) for t in tys)
+
+
+def unary_rule(fn, derivative):
+    derivative = jit_rule(derivative)
+
+    @overload(fn)
+    def rule(x):
+        if isinstance(x, DualType):
+            def impl(x):
+                y = fn(x.val)
+                return make_dual(y, P.scale(x.parts, derivative(x.val, y)))
+            return impl
+        return None
+
+
+def binary_rule(fn, d_dx, d_dy):
+    d_dx, d_dy = jit_rule(d_dx), jit_rule(d_dy)
+
+    @overload(fn)
+    def rule(x, y):
+        if isinstance(x, DualType) and isinstance(y, DualType):
+            def impl(x, y):
+                r = fn(x.val, y.val)
+                return make_dual(r, P.lincomb(x.parts, d_dx(x.val, y.val, r),
+                                              y.parts, d_dy(x.val, y.val, r)))
+            return impl
+        if isinstance(x, DualType) and isinstance(y, REAL):
+            def impl(x, y):
+                r = fn(x.val, y)
+                return make_dual(r, P.scale(x.parts, d_dx(x.val, y, r)))
+            return impl
+        if isinstance(x, REAL) and isinstance(y, DualType):
+            def impl(x, y):
+                r = fn(x, y.val)
+                return make_dual(r, P.scale(y.parts, d_dy(x, y.val, r)))
+            return impl
+        return None
+
+
+def piecewise_constant_unary(fn, value_fn):
+    @overload(fn)
+    def rule(x):
+        if isinstance(x, DualType):
+            return lambda x: make_dual(value_fn(x.val), P.zeros(x.parts))
+        return None
+
+
+def piecewise_constant_binary(fn, value_fn):
+    @overload(fn)
+    def rule(x, y):
+        if not (is_dual(x, y) and is_dual_or_real(x, y)):
+            return None
+        like = x if isinstance(x, DualType) else y
+        if like is x:
+            return lambda x, y: make_dual(value_fn(x.val, value_of(y)), P.zeros(x.parts))
+        return lambda x, y: make_dual(value_fn(x, y.val), P.zeros(y.parts))
+
+
+def predicate(fn):
+    @overload(fn)
+    def rule(x):
+        if isinstance(x, DualType):
+            return lambda x: fn(x.val)
+        return None
+
+
+def register_all():
+    for fn, derivative in UNARY.items():
+        unary_rule(fn, derivative)
+    for fn, (d_dx, d_dy) in BINARY.items():
+        binary_rule(fn, d_dx, d_dy)
+    for fn, value_fn in PIECEWISE_CONSTANT_UNARY.items():
+        piecewise_constant_unary(fn, value_fn)
+    for fn, value_fn in PIECEWISE_CONSTANT_BINARY.items():
+        piecewise_constant_binary(fn, value_fn)
+    for fn in PREDICATES:
+        predicate(fn)
+
+
+register_all()

@@ -1,0 +1,84 @@
+"""The derivative table: one line per function, like DiffRules.jl feeds ForwardDiff.
+
+Unary entries give ``f'`` in terms of the argument ``x`` and the already computed
+value ``y = f(x)`` (reusing ``y`` saves a second ``exp``/``tan``/``tanh``).  Binary
+entries give ``(df/dx, df/dy)`` in terms of ``x``, ``y`` and ``r = f(x, y)``.
+
+Everything here is plain Python and numbers (helpers are ``register_jitable``); :mod:`dualbcast.dual.rules` turns each
+line into Numba overloads for every mix of dual and plain arguments.  Where a formula
+has a singular point, the convention it implements (design.md section 4) is stated.
+"""
+import math
+import operator
+
+import numpy as np
+from numba.extending import register_jitable
+
+LN2 = math.log(2.0)
+LN10 = math.log(10.0)
+TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+@register_jitable
+def _sign0(x):
+    # d|x|/dx with 0 at x == 0 (PyTorch's choice; JAX uses 1).  NaN stays NaN.
+    return np.sign(x)
+
+
+def _pow_dx(x, y, r):
+    # y * x**(y - 1), but the exponent-0 case is 0 everywhere (never 0 * inf at x = 0).
+    return 0.0 if y == 0 else y * x ** (y - 1.0)
+
+
+def _pow_dy(x, y, r):
+    # log(x) * x**y; at x == 0 the limit along x**y is 0 (JAX's convention), not nan.
+    return 0.0 if x == 0 else math.log(x) * r
+
+
+@register_jitable
+def _hypot_d(x, r):
+    # At the origin the subgradient 0 is chosen instead of 0/0.
+    return 0.0 if r == 0 else x / r
+
+
+UNARY = {
+    math.exp: lambda x, y: y,
+    math.expm1: lambda x, y: y + 1.0,
+    math.log: lambda x, y: 1.0 / x,                       # +inf at 0; value nan below 0
+    math.log1p: lambda x, y: 1.0 / (1.0 + x),
+    math.log2: lambda x, y: 1.0 / (x * LN2),
+    math.log10: lambda x, y: 1.0 / (x * LN10),
+    math.sqrt: lambda x, y: 0.5 / y,                      # +inf at 0
+    math.sin: lambda x, y: math.cos(x),
+    math.cos: lambda x, y: -math.sin(x),
+    math.tan: lambda x, y: 1.0 + y * y,
+    math.asin: lambda x, y: 1.0 / math.sqrt((1.0 - x) * (1.0 + x)),
+    math.acos: lambda x, y: -1.0 / math.sqrt((1.0 - x) * (1.0 + x)),
+    math.atan: lambda x, y: 1.0 / (1.0 + x * x),
+    math.sinh: lambda x, y: math.cosh(x),
+    math.cosh: lambda x, y: math.sinh(x),
+    math.tanh: lambda x, y: 1.0 - y * y,
+    math.asinh: lambda x, y: 1.0 / math.hypot(x, 1.0),    # hypot: no overflow of x*x
+    math.acosh: lambda x, y: 1.0 / math.sqrt((x - 1.0) * (x + 1.0)),
+    math.atanh: lambda x, y: 1.0 / ((1.0 - x) * (1.0 + x)),
+    math.erf: lambda x, y: TWO_OVER_SQRT_PI * math.exp(-x * x),
+    math.erfc: lambda x, y: -TWO_OVER_SQRT_PI * math.exp(-x * x),
+    math.fabs: lambda x, y: _sign0(x),                    # 0 at 0
+    abs: lambda x, y: _sign0(x),                          # 0 at 0
+}
+
+BINARY = {
+    math.pow: (_pow_dx, _pow_dy),
+    math.atan2: (lambda y, x, r: x / (x * x + y * y), lambda y, x, r: -y / (x * x + y * y)),
+    math.hypot: (lambda x, y, r: _hypot_d(x, r), lambda x, y, r: _hypot_d(y, r)),
+    math.copysign: (lambda x, y, r: _sign0(x) * math.copysign(1.0, y), lambda x, y, r: 0.0),
+    operator.mod: (lambda x, y, r: 1.0, lambda x, y, r: -np.floor(x / y)),
+}
+
+#: Piecewise-constant functions: derivative 0.  The value stays a float (NumPy's
+#: ``floor``), so ``floor(inf)`` is ``inf`` rather than an undefined integer.
+PIECEWISE_CONSTANT_UNARY = {math.floor: np.floor, math.ceil: np.ceil, math.trunc: np.trunc}
+PIECEWISE_CONSTANT_BINARY = {operator.floordiv: operator.floordiv}
+
+#: Predicates look at the value only.
+PREDICATES = (math.isnan, math.isinf, math.isfinite)

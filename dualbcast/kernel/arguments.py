@@ -1,0 +1,154 @@
+"""Python-side argument handling for a kernel call, done once per call, before any loop.
+
+``plan_call`` turns the user's arguments into a :class:`CallPlan`: the broadcast shape,
+the compute dtype (ufunc rules), and per argument either a scalar or an array view laid
+out over a (possibly coalesced) loop shape.  All validation happens here, so a bad call
+raises before any work is done, naming the kernel and what was wrong.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+SCALAR, ARRAY = "s", "a"
+_NUMERIC_KINDS = "biuf"
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    shape: tuple        # broadcast shape of the result
+    dtype: np.dtype     # compute and result dtype (float32 or float64)
+    groups: tuple       # loop dims as groups of result dims (size-1 dims dropped, neighbours merged)
+    kinds: tuple        # per argument: SCALAR or ARRAY
+    operands: tuple     # per argument: a NumPy scalar of ``dtype`` or a read-only view over loop_shape
+    originals: tuple    # per argument: an ndarray, or a NumPy scalar for a scalar argument
+
+    @property
+    def loop_shape(self):
+        return _group_sizes(self.shape, self.groups)
+
+    @property
+    def ndim(self):
+        """Number of nested loops the driver runs."""
+        return len(self.groups)
+
+    def loop_view(self, array):
+        """A writeable view of an array of an argument's own shape, as the loop walks
+        it (zero strides where it is broadcast): gradients accumulate through it."""
+        return _loop_view(array, self.shape, self.groups, writeable=True)
+
+
+def _as_numeric(kernel_name, position, value):
+    """An ndarray or NumPy scalar for ``value``, or a TypeError saying why not."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        arr = value
+    else:
+        try:
+            arr = np.asarray(value)
+        except (ValueError, TypeError) as err:   # ragged nested sequences
+            raise TypeError(f"{kernel_name}: argument {position} is not a numeric array "
+                            f"({err})") from err
+    if arr.ndim == 0 and not isinstance(value, np.ndarray):
+        arr = arr[()]   # a scalar stays a scalar: its gradient is one too
+    kind = arr.dtype.kind
+    if kind not in _NUMERIC_KINDS:
+        what = {"c": "complex", "O": "object", "U": "string", "S": "bytes"}.get(kind, str(arr.dtype))
+        raise TypeError(f"{kernel_name}: argument {position} has unsupported dtype {arr.dtype} "
+                        f"({what}); kernels take real numbers: float, int or bool")
+    if arr.dtype == np.longdouble and np.longdouble != np.float64:
+        raise TypeError(f"{kernel_name}: argument {position} has unsupported dtype {arr.dtype}; "
+                        f"kernels compute in float32 or float64")
+    return arr
+
+
+def compute_dtype(kernel_name, args):
+    """The ufunc-style result dtype: NumPy promotion (Python scalars are weak), with
+    integers and bools promoted to float64 and float16 computed in float32."""
+    dtype = np.result_type(*args)
+    if dtype.kind in "biu":
+        return np.dtype(np.float64)
+    if dtype == np.float16:
+        return np.dtype(np.float32)
+    return dtype
+
+
+def _broadcast_shape(kernel_name, shapes):
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        listed = " ".join(str(s) for s in shapes)
+        raise ValueError(f"{kernel_name}: operands could not be broadcast together "
+                         f"with shapes {listed}") from None
+
+
+def _broadcast_strides(array, shape):
+    pad = len(shape) - array.ndim
+    strides = [0] * pad
+    for size, stride, out in zip(array.shape, array.strides, shape[pad:]):
+        strides.append(stride if size == out and size != 1 else 0)
+    return strides
+
+
+def _coalesce(shape, strides_per_operand):
+    """Group the dims of ``shape`` into loop dims: size-1 dims are dropped, and a dim
+    joins the previous group when every operand (and the C-ordered output) steps over
+    the pair as one.  Fewer, longer loops; the same element order."""
+    groups = []
+    for d, size in enumerate(shape):
+        if size == 1:
+            continue
+        if groups and all(s[groups[-1][-1]] == s[d] * size for s in strides_per_operand):
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    return tuple(tuple(g) for g in groups)
+
+
+def _c_strides(shape, itemsize=8):
+    return [int(np.prod(shape[d + 1:], dtype=np.int64)) * itemsize for d in range(len(shape))]
+
+
+def _group_sizes(shape, groups):
+    return tuple(int(np.prod([shape[d] for d in g], dtype=np.int64)) for g in groups)
+
+
+def _loop_view(array, shape, groups, writeable=False):
+    """``array`` (broadcastable to ``shape``) viewed over the grouped loop dims, with
+    zero strides where it is broadcast.  Never a copy."""
+    strides = _broadcast_strides(array, shape)
+    loop_shape = _group_sizes(shape, groups)
+    loop_strides = tuple(strides[g[-1]] for g in groups)
+    return as_strided(array, loop_shape, loop_strides, writeable=writeable)
+
+
+def plan_call(kernel_name, args):
+    originals = tuple(_as_numeric(kernel_name, i, a) for i, a in enumerate(args))
+    # Python scalars stay Python scalars here so NumPy treats them as weak (NEP 50).
+    dtype = compute_dtype(kernel_name, [a if type(a) in (float, int, bool) else o
+                                        for a, o in zip(args, originals)])
+    shape = _broadcast_shape(kernel_name, [o.shape for o in originals])
+
+    kinds, operands, arrays = [], [], []
+    for o in originals:
+        if o.size == 1:
+            kinds.append(SCALAR)
+            operands.append(dtype.type(o.reshape(-1)[0] if o.ndim else o))
+        else:
+            kinds.append(ARRAY)
+            operands.append(None)
+            # Numba has no float16 loads: the one copy we make, to float32.
+            arrays.append(o.astype(np.float32) if o.dtype == np.float16 else o)
+
+    if all(a.shape == shape and a.flags.c_contiguous for a in arrays):
+        # The common case, every array the full result shape and contiguous: one flat
+        # loop (no arrays at all: no loop).
+        groups = (tuple(d for d, n in enumerate(shape) if n != 1),) if arrays else ()
+    else:
+        strides = [_broadcast_strides(a, shape) for a in arrays] + [_c_strides(shape)]
+        groups = _coalesce(shape, strides)
+
+    views = iter(arrays)
+    for i, kind in enumerate(kinds):
+        if kind == ARRAY:
+            operands[i] = _loop_view(next(views), shape, groups)
+    return CallPlan(shape, dtype, groups, tuple(kinds), tuple(operands), originals)

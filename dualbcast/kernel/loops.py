@@ -1,0 +1,128 @@
+"""Generate and compile the loops that drive a scalar kernel over arrays.
+
+A loop is specialised on what changes its machine code (:class:`LoopSpec`): the mode,
+which arguments are arrays or scalars, which are active (get a dual), how many nested
+loops walk the broadcast shape, and the dtype.  Numba then specialises it further on
+the array types (dtype, layout, read-only).  Scalars are converted and seeded once,
+outside the loop; only active arguments become duals, so ``n`` = number of active
+arguments.
+
+Modes:
+  ``map``           values, written to a flat C-ordered output
+  ``sum``           the sum of the values (float64 accumulator), nothing stored
+  ``partials``      values, plus ``n`` partials arrays at the result shape
+  ``sum_partials``  the sum, plus per active argument the gradient of the sum at that
+                    argument's own shape: kept in a register (scalar argument), stored
+                    (full-size argument) or accumulated through a zero-stride view
+                    (an argument broadcast along some axes)
+"""
+from dataclasses import dataclass
+
+import numba
+
+from ..dual import make_dual, partials_of, value_of
+from .arguments import ARRAY
+
+MODES = ("map", "sum", "partials", "sum_partials")
+REGISTER, STORE, ACCUMULATE = "register", "store", "accumulate"
+
+
+@dataclass(frozen=True)
+class LoopSpec:
+    mode: str
+    kinds: tuple              # per argument: SCALAR or ARRAY (see arguments.py)
+    active: tuple = ()        # indices of the differentiated arguments
+    ndim: int = 1             # number of nested loops
+    grad_kinds: tuple = ()    # sum_partials: per active argument REGISTER/STORE/ACCUMULATE
+    dtype: str = "float64"    # compute dtype
+
+    @property
+    def n(self):
+        return len(self.active)
+
+
+def loop_source(spec):
+    """The Python source of the loop function for ``spec`` (readable on purpose: it is
+    what a user would write by hand for this call)."""
+    nargs = len(spec.kinds)
+    params = ["shape"] + [f"a{i}" for i in range(nargs)]
+    if spec.mode in ("map", "partials"):
+        params.append("out")
+    if spec.mode == "partials":
+        params.append("pout")
+    if spec.mode == "sum_partials":
+        params += [f"g{j}" for j, kind in enumerate(spec.grad_kinds) if kind != REGISTER]
+
+    head, body = [], []
+    index = ", ".join(f"i{d}" for d in range(spec.ndim))
+    flat = {0: "0", 1: "i0"}.get(spec.ndim, "k")       # position in the C-ordered output
+    for j, i in enumerate(spec.active):
+        unit = ", ".join("_f(1.0)" if m == j else "_f(0.0)" for m in range(spec.n))
+        head.append(f"seed{j} = ({unit},)")
+    call = []
+    for i, kind in enumerate(spec.kinds):
+        value = f"_f(a{i}[{index}])" if kind == ARRAY else f"c{i}"
+        if kind != ARRAY:
+            head.append(f"c{i} = _f(a{i})")
+        if i in spec.active:
+            j = spec.active.index(i)
+            if kind == ARRAY:
+                value = f"_dual({value}, seed{j})"
+            else:
+                head.append(f"d{i} = _dual(c{i}, seed{j})")
+                value = f"d{i}"
+        call.append(value)
+    body.append(f"r = kernel({', '.join(call)})")
+
+    returns = []
+    if spec.mode in ("map", "partials"):
+        body.append(f"out[{flat}] = _value(r)")
+    if spec.mode in ("sum", "sum_partials"):
+        head.append("total = 0.0")
+        body.append("total += _value(r)")
+        returns.append("total")
+    if spec.mode in ("partials", "sum_partials"):
+        body.append("p = _partials(r, seed0)")
+    if spec.mode == "partials":
+        body += [f"pout[{j}, {flat}] = p[{j}]" for j in range(spec.n)]
+    if spec.mode == "sum_partials":
+        for j, kind in enumerate(spec.grad_kinds):
+            if kind == REGISTER:
+                head.append(f"g{j} = 0.0")
+                body.append(f"g{j} += p[{j}]")
+                returns.append(f"g{j}")
+            elif kind == STORE:
+                body.append(f"g{j}[{flat}] = p[{j}]")
+            else:
+                body.append(f"g{j}[{index}] += p[{j}]")
+
+    lines = [f"def loop({', '.join(params)}):"] + ["    " + h for h in head]
+    indent = "    "
+    if spec.ndim >= 2:
+        lines.append("    k = 0")
+    for d in range(spec.ndim):
+        lines.append(f"{indent}for i{d} in range(shape[{d}]):")
+        indent += "    "
+    lines += [indent + b for b in body]
+    if spec.ndim >= 2:
+        lines.append(indent + "k += 1")
+    if returns:
+        lines.append(f"    return ({', '.join(returns)},)")
+    return "\n".join(lines) + "\n"
+
+
+def compile_loop(spec, scalar_kernel, jit_options):
+    """Compile the loop for ``spec`` around ``scalar_kernel`` (a Numba dispatcher)."""
+    source = loop_source(spec)
+    namespace = {
+        "kernel": scalar_kernel,
+        "_f": getattr(numba, spec.dtype),
+        "_dual": make_dual,
+        "_value": value_of,
+        "_partials": partials_of,
+    }
+    code = compile(source, f"<dualbcast loop {spec}>", "exec")
+    exec(code, namespace)
+    loop = namespace["loop"]
+    loop.__doc__ = source
+    return numba.njit(**jit_options)(loop)
