@@ -5,27 +5,27 @@ the compute dtype (ufunc rules), and per argument either a scalar or an array vi
 out over a (possibly coalesced) loop shape.  All validation happens here, so a bad call
 raises before any work is done, naming the kernel and what was wrong.
 """
+import math
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 SCALAR, ARRAY = "s", "a"
-_NUMERIC_KINDS = "biuf"
+_SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+    np.uint64, np.float16, np.float32, np.float64))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class CallPlan:
     shape: tuple        # broadcast shape of the result
     dtype: np.dtype     # compute and result dtype (float32 or float64)
     groups: tuple       # loop dims as groups of result dims (size-1 dims dropped, neighbours merged)
+    loop_shape: tuple   # the size of each loop dim
     kinds: tuple        # per argument: SCALAR or ARRAY
-    operands: tuple     # per argument: a NumPy scalar of ``dtype`` or a read-only view over loop_shape
+    operands: tuple     # per argument: a NumPy scalar of ``dtype`` or an array view over loop_shape
     originals: tuple    # per argument: an ndarray, or a NumPy scalar for a scalar argument
-
-    @property
-    def loop_shape(self):
-        return _group_sizes(self.shape, self.groups)
 
     @property
     def ndim(self):
@@ -40,6 +40,8 @@ class CallPlan:
 
 def _as_numeric(kernel_name, position, value):
     """An ndarray or NumPy scalar for ``value``, or a TypeError saying why not."""
+    if type(value) is float:     # the most common scalar, on the fast path
+        return np.float64(value)
     if isinstance(value, (np.ndarray, np.generic)):
         arr = value
     else:
@@ -50,14 +52,12 @@ def _as_numeric(kernel_name, position, value):
                             f"({err})") from err
     if arr.ndim == 0 and not isinstance(value, np.ndarray):
         arr = arr[()]   # a scalar stays a scalar: its gradient is one too
-    kind = arr.dtype.kind
-    if kind not in _NUMERIC_KINDS:
-        what = {"c": "complex", "O": "object", "U": "string", "S": "bytes"}.get(kind, str(arr.dtype))
+    if arr.dtype not in _SUPPORTED_DTYPES:
+        kind = arr.dtype.kind
+        what = {"c": "complex", "O": "object", "U": "string", "S": "bytes",
+                "f": "extended precision"}.get(kind, str(arr.dtype))
         raise TypeError(f"{kernel_name}: argument {position} has unsupported dtype {arr.dtype} "
-                        f"({what}); kernels take real numbers: float, int or bool")
-    if arr.dtype == np.longdouble and np.longdouble != np.float64:
-        raise TypeError(f"{kernel_name}: argument {position} has unsupported dtype {arr.dtype}; "
-                        f"kernels compute in float32 or float64")
+                        f"({what}); kernels take real numbers: float16/32/64, int or bool")
     return arr
 
 
@@ -105,11 +105,11 @@ def _coalesce(shape, strides_per_operand):
 
 
 def _c_strides(shape, itemsize=8):
-    return [int(np.prod(shape[d + 1:], dtype=np.int64)) * itemsize for d in range(len(shape))]
+    return [math.prod(shape[d + 1:]) * itemsize for d in range(len(shape))]
 
 
 def _group_sizes(shape, groups):
-    return tuple(int(np.prod([shape[d] for d in g], dtype=np.int64)) for g in groups)
+    return tuple(math.prod([shape[d] for d in g]) for g in groups)
 
 
 def _loop_view(array, shape, groups, writeable=False):
@@ -126,7 +126,9 @@ def plan_call(kernel_name, args):
     # Python scalars stay Python scalars here so NumPy treats them as weak (NEP 50).
     dtype = compute_dtype(kernel_name, [a if type(a) in (float, int, bool) else o
                                         for a, o in zip(args, originals)])
-    shape = _broadcast_shape(kernel_name, [o.shape for o in originals])
+    shapes = [o.shape for o in originals]
+    shape = shapes[0] if shapes.count(shapes[0]) == len(shapes) else \
+        _broadcast_shape(kernel_name, shapes)
 
     kinds, operands, arrays = [], [], []
     for o in originals:
@@ -141,14 +143,19 @@ def plan_call(kernel_name, args):
 
     if all(a.shape == shape and a.flags.c_contiguous for a in arrays):
         # The common case, every array the full result shape and contiguous: one flat
-        # loop (no arrays at all: no loop).
-        groups = (tuple(d for d, n in enumerate(shape) if n != 1),) if arrays else ()
+        # loop over plain reshaped views (no arrays at all: no loop).
+        if arrays:
+            groups = (tuple(d for d, n in enumerate(shape) if n != 1),)
+            loop_shape = (math.prod(shape),)
+        else:
+            groups = loop_shape = ()
+        views = iter([a.reshape(-1) for a in arrays])
     else:
         strides = [_broadcast_strides(a, shape) for a in arrays] + [_c_strides(shape)]
         groups = _coalesce(shape, strides)
-
-    views = iter(arrays)
+        loop_shape = _group_sizes(shape, groups)
+        views = iter([_loop_view(a, shape, groups) for a in arrays])
     for i, kind in enumerate(kinds):
         if kind == ARRAY:
-            operands[i] = _loop_view(next(views), shape, groups)
-    return CallPlan(shape, dtype, groups, tuple(kinds), tuple(operands), originals)
+            operands[i] = next(views)
+    return CallPlan(shape, dtype, groups, loop_shape, tuple(kinds), tuple(operands), originals)

@@ -108,7 +108,7 @@ class FastBroadcast:
     @property
     def specializations(self):
         """The compiled loops: ``{LoopSpec: [Numba signatures]}`` (for inspection)."""
-        return {spec: list(loop.signatures) for spec, loop in self._loops.items()}
+        return {loop.spec: list(loop.signatures) for loop in self._loops.values()}
 
     # ------------------------------------------------------------------ internals
 
@@ -151,15 +151,17 @@ class FastBroadcast:
 
     def _run(self, plan, mode, active=(), grad_kinds=(), *outputs):
         """Run (compiling on first use) the loop for this mode over the planned call."""
-        spec = LoopSpec(mode, plan.kinds, active, plan.ndim, grad_kinds, plan.dtype.name)
-        loop = self._loops.get(spec)
+        key = (mode, plan.kinds, active, len(plan.groups), grad_kinds, plan.dtype)
+        loop = self._loops.get(key)
         if loop is None:
-            loop = self._loops[spec] = self._compile(spec)
+            spec = LoopSpec(mode, plan.kinds, active, len(plan.groups), grad_kinds,
+                            plan.dtype.name)
+            loop = self._loops[key] = self._compile(spec)
         try:
             return loop(plan.loop_shape, *plan.operands, *outputs)
         except NumbaError as err:
             raise KernelCompileError(
-                f"@fast_broadcast kernel {self.__name__!r}: the loop for {spec.mode} could not "
+                f"@fast_broadcast kernel {self.__name__!r}: the loop for {mode} could not "
                 f"be compiled for operands {_describe(plan.operands)}") from err
 
     def _compile(self, spec):

@@ -125,4 +125,6 @@ def compile_loop(spec, scalar_kernel, jit_options):
     exec(code, namespace)
     loop = namespace["loop"]
     loop.__doc__ = source
-    return numba.njit(**jit_options)(loop)
+    compiled = numba.njit(**jit_options)(loop)
+    compiled.spec = spec
+    return compiled
