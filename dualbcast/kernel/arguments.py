@@ -12,6 +12,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 SCALAR, ARRAY = "s", "a"
+PYTHON_SCALARS = (float, int, bool)
+_FLOAT64 = np.dtype(np.float64)
 _SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
     np.uint64, np.float16, np.float32, np.float64))
@@ -25,7 +27,7 @@ class CallPlan:
     loop_shape: tuple   # the size of each loop dim
     kinds: tuple        # per argument: SCALAR or ARRAY
     operands: tuple     # per argument: a NumPy scalar of ``dtype`` or an array view over loop_shape
-    originals: tuple    # per argument: an ndarray, or a NumPy scalar for a scalar argument
+    originals: tuple    # per argument: an ndarray, a NumPy scalar or a Python scalar
 
     @property
     def ndim(self):
@@ -40,8 +42,6 @@ class CallPlan:
 
 def _as_numeric(kernel_name, position, value):
     """An ndarray or NumPy scalar for ``value``, or a TypeError saying why not."""
-    if type(value) is float:     # the most common scalar, on the fast path
-        return np.float64(value)
     if isinstance(value, (np.ndarray, np.generic)):
         arr = value
     else:
@@ -61,12 +61,16 @@ def _as_numeric(kernel_name, position, value):
     return arr
 
 
-def compute_dtype(kernel_name, args):
-    """The ufunc-style result dtype: NumPy promotion (Python scalars are weak), with
-    integers and bools promoted to float64 and float16 computed in float32."""
-    dtype = np.result_type(*args)
+def compute_dtype(arrays):
+    """The ufunc-style result dtype of a call whose non-Python-scalar arguments are
+    ``arrays``: NumPy promotion, with integers and bools promoted to float64 and float16
+    computed in float32.  Python scalars are weak (NEP 50): they never change a float
+    result, and without any float argument the result is float64 anyway."""
+    if not arrays:
+        return _FLOAT64
+    dtype = np.result_type(*arrays)
     if dtype.kind in "biu":
-        return np.dtype(np.float64)
+        return _FLOAT64
     if dtype == np.float16:
         return np.dtype(np.float32)
     return dtype
@@ -122,19 +126,26 @@ def _loop_view(array, shape, groups, writeable=False):
 
 
 def plan_call(kernel_name, args):
-    originals = tuple(_as_numeric(kernel_name, i, a) for i, a in enumerate(args))
-    # Python scalars stay Python scalars here so NumPy treats them as weak (NEP 50).
-    dtype = compute_dtype(kernel_name, [a if type(a) in (float, int, bool) else o
-                                        for a, o in zip(args, originals)])
-    shapes = [o.shape for o in originals]
-    shape = shapes[0] if shapes.count(shapes[0]) == len(shapes) else \
-        _broadcast_shape(kernel_name, shapes)
+    # Python scalars stay as they are (cheap, and weak in promotion); everything else
+    # becomes an ndarray or a NumPy scalar.
+    originals = tuple(a if type(a) in PYTHON_SCALARS else _as_numeric(kernel_name, i, a)
+                      for i, a in enumerate(args))
+    typed = [o for o in originals if type(o) not in PYTHON_SCALARS]
+    dtype = compute_dtype(typed)
+    shapes = [o.shape for o in typed]
+    if not shapes:
+        shape = ()
+    elif shapes.count(shapes[0]) == len(shapes):
+        shape = shapes[0]
+    else:
+        shape = _broadcast_shape(kernel_name, shapes)
 
     kinds, operands, arrays = [], [], []
     for o in originals:
-        if o.size == 1:
+        if type(o) in PYTHON_SCALARS or o.size == 1:
             kinds.append(SCALAR)
-            operands.append(dtype.type(o.reshape(-1)[0] if o.ndim else o))
+            operands.append(dtype.type(o if type(o) in PYTHON_SCALARS or not o.ndim
+                                       else o.reshape(-1)[0]))
         else:
             kinds.append(ARRAY)
             operands.append(None)

@@ -1,6 +1,7 @@
 """``@fast_broadcast``: a scalar Python function compiled into fused array loops."""
 import functools
 import inspect
+import math
 import operator
 
 import numba
@@ -80,17 +81,17 @@ class FastBroadcast:
         active, single = self._active(wrt, plan)
         grad_kinds, buffers, loop_buffers = [], [], []
         for i in active:
-            arg = plan.originals[i]
-            if arg.size == 1:
+            shape, dtype = np.shape(plan.originals[i]), np.result_type(plan.originals[i])
+            if math.prod(shape) == 1:
                 grad_kinds.append(REGISTER)
                 buffers.append(None)
-            elif arg.shape == plan.shape:
+            elif shape == plan.shape:
                 grad_kinds.append(STORE)
-                buffers.append(np.empty(plan.shape, _storable(arg.dtype)))
+                buffers.append(np.empty(shape, _storable(dtype)))
                 loop_buffers.append(buffers[-1].reshape(-1))
             else:
                 grad_kinds.append(ACCUMULATE)
-                buffers.append(np.zeros(arg.shape, np.float64))
+                buffers.append(np.zeros(shape, np.float64))
                 loop_buffers.append(plan.loop_view(buffers[-1]))
         total, *registers = self._run(plan, "sum_partials", active, tuple(grad_kinds),
                                       *loop_buffers)
@@ -98,11 +99,12 @@ class FastBroadcast:
         grads = []
         for i, kind, buffer in zip(active, grad_kinds, buffers):
             arg = plan.originals[i]
+            dtype = np.result_type(arg)
             if kind == REGISTER:
-                g = np.full(arg.shape, next(registers), arg.dtype)
+                g = np.full(np.shape(arg), next(registers), dtype)
                 grads.append(g if isinstance(arg, np.ndarray) else g[()])
             else:
-                grads.append(buffer.astype(arg.dtype, copy=False))
+                grads.append(buffer.astype(dtype, copy=False))
         return plan.dtype.type(total), (grads[0] if single else tuple(grads))
 
     @property
@@ -142,7 +144,7 @@ class FastBroadcast:
         if len(set(active)) != len(active):
             raise ValueError(f"{self.__name__}: wrt={wrt!r} repeats an argument")
         for i in active:
-            dtype = plan.originals[i].dtype
+            dtype = np.result_type(plan.originals[i])
             if dtype.kind != "f":
                 raise TypeError(f"{self.__name__}: cannot differentiate with respect to argument "
                                 f"{i} of dtype {dtype}: integer and bool arguments are promoted "

@@ -1,0 +1,162 @@
+"""The workloads of the seeds, each written three ways: as a dualbcast kernel, as the
+hand-written ``numba.njit`` loop doing the same math, and in NumPy.
+
+Shared by the asv benchmarks and by ``asv_bench/report.py`` (the README table), so
+both time exactly the same code.
+"""
+import math
+
+import numba
+import numpy as np
+
+import dualbcast as db
+
+# --- EAM density rho(r) = exp(-3 (r + 1)) (zygote-performance-eam seed) -----------------
+
+
+@db.fast_broadcast
+def rho(r):
+    return math.exp(-3.0 * (r + 1.0))
+
+
+@numba.njit
+def rho_value_numba(x):
+    out = np.empty_like(x)
+    for i in range(x.size):
+        out[i] = math.exp(-3.0 * (x[i] + 1.0))
+    return out
+
+
+@numba.njit
+def rho_value_and_partials_numba(x):
+    out = np.empty_like(x)
+    d = np.empty_like(x)
+    for i in range(x.size):
+        e = math.exp(-3.0 * (x[i] + 1.0))
+        out[i] = e
+        d[i] = -3.0 * e
+    return out, d
+
+
+@numba.njit
+def rho_sum_and_partials_numba(x):
+    d = np.empty_like(x)
+    total = 0.0
+    for i in range(x.size):
+        e = math.exp(-3.0 * (x[i] + 1.0))
+        total += e
+        d[i] = -3.0 * e
+    return total, d
+
+
+def rho_value_numpy(x):
+    return np.exp(-3.0 * (x + 1.0))
+
+
+def rho_value_and_partials_numpy(x):
+    e = np.exp(-3.0 * (x + 1.0))
+    return e, -3.0 * e
+
+
+def rho_sum_and_partials_numpy(x):
+    e = np.exp(-3.0 * (x + 1.0))
+    return e.sum(), -3.0 * e
+
+
+# --- 9th-order polynomial, one of ten coefficients live (slow-backward seed) ------------
+
+
+@db.fast_broadcast
+def poly9(x, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9):
+    return (c0 + c1 * x + c2 * x ** 2 + c3 * x ** 3 + c4 * x ** 4 + c5 * x ** 5
+            + c6 * x ** 6 + c7 * x ** 7 + c8 * x ** 8 + c9 * x ** 9)
+
+
+COEFFS = tuple(float(c) for c in np.linspace(0.3, 1.2, 10))
+LIVE = 2   # d/dc2, as in the seed
+
+
+@numba.njit
+def _poly9(x, c):
+    return (c[0] + c[1] * x + c[2] * x ** 2 + c[3] * x ** 3 + c[4] * x ** 4 + c[5] * x ** 5
+            + c[6] * x ** 6 + c[7] * x ** 7 + c[8] * x ** 8 + c[9] * x ** 9)
+
+
+@numba.njit
+def poly9_value_numba(x, c):
+    out = np.empty_like(x)
+    for i in range(x.size):
+        out[i] = _poly9(x[i], c)
+    return out
+
+
+@numba.njit
+def poly9_value_and_partials_numba(x, c):
+    out = np.empty_like(x)
+    d = np.empty_like(x)
+    for i in range(x.size):
+        out[i] = _poly9(x[i], c)
+        d[i] = x[i] ** 2
+    return out, d
+
+
+@numba.njit
+def poly9_sum_and_partials_numba(x, c):
+    total = 0.0
+    d = 0.0
+    for i in range(x.size):
+        total += _poly9(x[i], c)
+        d += x[i] ** 2
+    return total, d
+
+
+def poly9_value_numpy(x, c):
+    return sum(ck * x ** k for k, ck in enumerate(c))
+
+
+def poly9_value_and_partials_numpy(x, c):
+    return poly9_value_numpy(x, c), x ** 2
+
+
+def poly9_sum_and_partials_numpy(x, c):
+    return poly9_value_numpy(x, c).sum(), (x ** 2).sum()
+
+
+def inputs(n, seed=0):
+    return np.random.default_rng(seed).random(n)
+
+
+# name -> {system: (function, argument builder)} for each mode
+def rho_calls(x):
+    return {
+        "value": {"dualbcast": lambda: rho(x), "numba": lambda: rho_value_numba(x),
+                  "numpy": lambda: rho_value_numpy(x)},
+        "value_and_partials": {
+            "dualbcast": lambda: rho.value_and_partials(x, wrt=0),
+            "numba": lambda: rho_value_and_partials_numba(x),
+            "numpy": lambda: rho_value_and_partials_numpy(x)},
+        "sum_and_partials": {
+            "dualbcast": lambda: rho.sum_and_partials(x, wrt=0),
+            "numba": lambda: rho_sum_and_partials_numba(x),
+            "numpy": lambda: rho_sum_and_partials_numpy(x)},
+    }
+
+
+def poly9_calls(x):
+    c = np.array(COEFFS)
+    return {
+        "value": {"dualbcast": lambda: poly9(x, *COEFFS), "numba": lambda: poly9_value_numba(x, c),
+                  "numpy": lambda: poly9_value_numpy(x, COEFFS)},
+        "value_and_partials": {
+            "dualbcast": lambda: poly9.value_and_partials(x, *COEFFS, wrt=1 + LIVE),
+            "numba": lambda: poly9_value_and_partials_numba(x, c),
+            "numpy": lambda: poly9_value_and_partials_numpy(x, COEFFS)},
+        "sum_and_partials": {
+            "dualbcast": lambda: poly9.sum_and_partials(x, *COEFFS, wrt=1 + LIVE),
+            "numba": lambda: poly9_sum_and_partials_numba(x, c),
+            "numpy": lambda: poly9_sum_and_partials_numpy(x, COEFFS)},
+    }
+
+
+WORKLOADS = {"eam_rho": rho_calls, "poly9_one_live": poly9_calls}
+SIZES = (10 ** 2, 10 ** 4, 10 ** 6)
