@@ -273,6 +273,8 @@ def test_kernel_usable_inside_njit_code():
 def test_incompatible_shapes_name_all_shapes():
     with pytest.raises(ValueError, match=r"wave: .*\(3,\) \(4,\) \(2, 1\)"):
         wave(np.ones(3), np.ones(4), np.ones((2, 1)))
+    with pytest.raises(ValueError, match=r"wave: .*\(3,\) \(\) \(4,\)$"):
+        wave(np.ones(3), 1.0, np.ones(4))
 
 
 @pytest.mark.parametrize("bad, what", [

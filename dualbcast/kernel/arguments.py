@@ -76,11 +76,11 @@ def compute_dtype(arrays):
     return dtype
 
 
-def _broadcast_shape(kernel_name, shapes):
+def _broadcast_shape(kernel_name, originals, shapes):
     try:
         return np.broadcast_shapes(*shapes)
     except ValueError:
-        listed = " ".join(str(s) for s in shapes)
+        listed = " ".join(str(np.shape(o)) for o in originals)
         raise ValueError(f"{kernel_name}: operands could not be broadcast together "
                          f"with shapes {listed}") from None
 
@@ -138,7 +138,7 @@ def plan_call(kernel_name, args):
     elif shapes.count(shapes[0]) == len(shapes):
         shape = shapes[0]
     else:
-        shape = _broadcast_shape(kernel_name, shapes)
+        shape = _broadcast_shape(kernel_name, originals, shapes)
 
     kinds, operands, arrays = [], [], []
     for o in originals:

@@ -1,0 +1,54 @@
+"""Print the README's benchmark table: every workload and mode, dualbcast beside the
+hand-written ``numba.njit`` loop and NumPy, timed in this one process.
+
+    python asv_bench/report.py            # from the repository root
+"""
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from benchmarks.bench_kernels import MODES, best_time  # noqa: E402
+from benchmarks.workloads import SIZES, WORKLOADS, inputs  # noqa: E402
+
+
+def first_call_seconds():
+    import dualbcast as db
+
+    seconds = {}
+    for mode in MODES:
+        @db.fast_broadcast
+        def morse(r, d, a, r0):
+            e = math.exp(-a * (r - r0))
+            return d * (1.0 - e) ** 2
+
+        x = inputs(1000)
+        start = time.perf_counter()
+        if mode == "value":
+            morse(x, 1.2, 1.5, 1.0)
+        else:
+            getattr(morse, mode)(x, 1.2, 1.5, 1.0, wrt=(0, 2))
+        seconds[mode] = time.perf_counter() - start
+    return seconds
+
+
+def main():
+    print("| workload | mode | N | dualbcast | numba.njit by hand | NumPy | dualbcast / numba |")
+    print("|---|---|---|---|---|---|---|")
+    for workload, make_calls in WORKLOADS.items():
+        for mode in MODES:
+            for n in SIZES:
+                calls = make_calls(inputs(n))[mode]
+                times = {system: best_time(call) for system, call in calls.items()}
+                cells = " | ".join(f"{times[s] * 1e6:.1f} µs" for s in ("dualbcast", "numba", "numpy"))
+                print(f"| {workload} | {mode} | {n:.0e} | {cells} | "
+                      f"{times['dualbcast'] / times['numba']:.2f} |")
+    print()
+    print("First call of a new 4-argument kernel (compile included), seconds:",
+          ", ".join(f"{mode} {s:.2f}" for mode, s in first_call_seconds().items()))
+
+
+if __name__ == "__main__":
+    main()
