@@ -151,6 +151,25 @@ def test_integer_power_of_negative_base_never_goes_through_log():
     assert _partials(inverse_square, -2.0) == (0.25, 0.25)
 
 
+@pytest.mark.parametrize("n", [-1, -2, -3])
+def test_negative_integer_power_at_zero_is_infinite_like_numpy(n):
+    kernel = db.fast_broadcast(lambda x: x ** n)
+    x = np.array([0.0, -0.0, 2.0])
+    value, d = _partials(kernel, x)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(value, x ** float(n))
+        np.testing.assert_array_equal(d, n * x ** float(n - 1))
+
+
+def test_atan2_and_acosh_derivatives_do_not_overflow():
+    for scale in (1e-200, 1e200):
+        _, (dy, dx) = _partials(KERNELS2["atan2"], scale, scale, wrt=(0, 1))
+        np.testing.assert_allclose([dy, dx], [0.5 / scale, -0.5 / scale], rtol=1e-15)
+    _, (dy, dx) = _partials(KERNELS2["atan2"], np.float32(1e-24), np.float32(1e-24), wrt=(0, 1))
+    np.testing.assert_allclose([dy, dx], [5e23, -5e23], rtol=1e-6)
+    assert _partials(KERNELS1["acosh"], 1e200)[1] == pytest.approx(1e-200, rel=1e-15)
+
+
 def test_float_power_with_constant_exponent_at_zero():
     square = db.fast_broadcast(lambda x: x ** 2.0)
     assert _partials(square, 0.0) == (0.0, 0.0)

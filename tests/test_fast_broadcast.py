@@ -345,3 +345,40 @@ def test_kernels_must_have_fixed_parameters():
         db.fast_broadcast(lambda *xs: xs[0])
     with pytest.raises(TypeError, match="decorates a function"):
         db.fast_broadcast(3.0)
+
+
+# --- regressions found in review ------------------------------------------------------
+
+@pytest.mark.parametrize("x, y", [
+    (np.broadcast_to(2.0, (3,)), np.ones((4, 3))),
+    (np.broadcast_to(np.arange(1.0, 4.0), (2, 3)), np.arange(24.0).reshape(4, 2, 3)),
+    (np.broadcast_to(np.ones((2, 1)), (2, 1)), np.arange(6.0).reshape(3, 2, 1)),
+])
+def test_gradient_of_a_zero_stride_argument_that_is_also_broadcast(x, y):
+    times = db.fast_broadcast(lambda x, y: x * y)
+    _, g = times.sum_and_partials(x, y, wrt=0)
+    assert g.shape == x.shape
+    np.testing.assert_allclose(g, unbroadcast(np.broadcast_to(y, np.broadcast_shapes(
+        x.shape, y.shape)), x.shape))
+
+
+@pytest.mark.parametrize("bad", [None, object()])
+def test_non_numeric_python_objects_are_type_errors(bad):
+    with pytest.raises(TypeError, match="argument 0 has unsupported dtype object"):
+        wave(bad, 1.0, 1.0)
+
+
+def test_non_native_byte_order_is_accepted():
+    x = np.linspace(0, 1, 4).astype(">f8")
+    np.testing.assert_allclose(wave(x, 1.0, 2.0), wave(x.astype("<f8"), 1.0, 2.0))
+
+
+def test_bool_wrt_is_rejected():
+    with pytest.raises(TypeError, match="wrt must be"):
+        wave.value_and_partials(np.ones(2), 1.0, 1.0, wrt=True)
+
+
+def test_float_to_negative_int_power_at_zero_names_the_kernel():
+    inverse = db.fast_broadcast(lambda x: x ** -1)
+    with pytest.raises(ZeroDivisionError, match="'<lambda>'.*1.0 / x \\*\\* n"):
+        inverse(np.array([1.0, 0.0]))

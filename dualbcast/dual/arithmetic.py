@@ -91,9 +91,16 @@ def _truediv(x, y):
 def _pow(x, y):
     if isinstance(x, DualType) and isinstance(y, types.Integer):
         # Integer power: exact for negative x, and n*x**(n-1) is never 0*inf at 0.
+        # Negative n goes through 1 / x**|n|: Numba's x ** -n raises at x = 0, NumPy's
+        # (and this one) gives inf.
         def impl(x, y):
-            d = 0.0 if y == 0 else y * x.val ** (y - 1)
-            return make_dual(x.val ** y, P.scale(x.parts, d))
+            if y >= 0:
+                value = x.val ** y
+                d = 0.0 if y == 0 else y * x.val ** (y - 1)
+            else:
+                value = 1.0 / x.val ** (-y)
+                d = y / x.val ** (1 - y)
+            return make_dual(value, P.scale(x.parts, d))
         return impl
     if _mixed(x, y) is not None:
         return lambda x, y: math.pow(x, y)   # the table's rule

@@ -36,6 +36,13 @@ def _pow_dy(x, y, r):
 
 
 @register_jitable
+def _atan2_d(u, v):
+    # u / (u^2 + v^2) without squaring (no overflow or underflow of u*u).
+    h = math.hypot(u, v)
+    return (u / h) / h
+
+
+@register_jitable
 def _hypot_d(x, r):
     # At the origin the subgradient 0 is chosen instead of 0/0.
     return 0.0 if r == 0 else x / r
@@ -59,7 +66,7 @@ UNARY = {
     math.cosh: lambda x, y: math.sinh(x),
     math.tanh: lambda x, y: 1.0 - y * y,
     math.asinh: lambda x, y: 1.0 / math.hypot(x, 1.0),    # hypot: no overflow of x*x
-    math.acosh: lambda x, y: 1.0 / math.sqrt((x - 1.0) * (x + 1.0)),
+    math.acosh: lambda x, y: 1.0 / (math.sqrt(x - 1.0) * math.sqrt(x + 1.0)),  # no overflow
     math.atanh: lambda x, y: 1.0 / ((1.0 - x) * (1.0 + x)),
     math.erf: lambda x, y: TWO_OVER_SQRT_PI * math.exp(-x * x),
     math.erfc: lambda x, y: -TWO_OVER_SQRT_PI * math.exp(-x * x),
@@ -69,7 +76,7 @@ UNARY = {
 
 BINARY = {
     math.pow: (_pow_dx, _pow_dy),
-    math.atan2: (lambda y, x, r: x / (x * x + y * y), lambda y, x, r: -y / (x * x + y * y)),
+    math.atan2: (lambda y, x, r: _atan2_d(x, y), lambda y, x, r: -_atan2_d(y, x)),
     math.hypot: (lambda x, y, r: _hypot_d(x, r), lambda x, y, r: _hypot_d(y, r)),
     math.copysign: (lambda x, y, r: _sign0(x) * math.copysign(1.0, y), lambda x, y, r: 0.0),
     operator.mod: (lambda x, y, r: 1.0, lambda x, y, r: -np.floor(x / y)),

@@ -50,14 +50,16 @@ def _as_numeric(kernel_name, position, value):
         except (ValueError, TypeError) as err:   # ragged nested sequences
             raise TypeError(f"{kernel_name}: argument {position} is not a numeric array "
                             f"({err})") from err
-    if arr.ndim == 0 and not isinstance(value, np.ndarray):
-        arr = arr[()]   # a scalar stays a scalar: its gradient is one too
+    if not arr.dtype.isnative and arr.dtype.newbyteorder("=") in _SUPPORTED_DTYPES:
+        arr = arr.astype(arr.dtype.newbyteorder("="))   # Numba loads native byte order only
     if arr.dtype not in _SUPPORTED_DTYPES:
         kind = arr.dtype.kind
         what = {"c": "complex", "O": "object", "U": "string", "S": "bytes",
                 "f": "extended precision"}.get(kind, str(arr.dtype))
         raise TypeError(f"{kernel_name}: argument {position} has unsupported dtype {arr.dtype} "
                         f"({what}); kernels take real numbers: float16/32/64, int or bool")
+    if arr.ndim == 0 and not isinstance(value, np.ndarray):
+        arr = arr[()]   # a scalar stays a scalar: its gradient is one too
     return arr
 
 
@@ -85,10 +87,10 @@ def _broadcast_shape(kernel_name, originals, shapes):
                          f"with shapes {listed}") from None
 
 
-def _broadcast_strides(array, shape):
-    pad = len(shape) - array.ndim
+def _broadcast_strides(own_shape, own_strides, shape):
+    pad = len(shape) - len(own_shape)
     strides = [0] * pad
-    for size, stride, out in zip(array.shape, array.strides, shape[pad:]):
+    for size, stride, out in zip(own_shape, own_strides, shape[pad:]):
         strides.append(stride if size == out and size != 1 else 0)
     return strides
 
@@ -119,7 +121,7 @@ def _group_sizes(shape, groups):
 def _loop_view(array, shape, groups, writeable=False):
     """``array`` (broadcastable to ``shape``) viewed over the grouped loop dims, with
     zero strides where it is broadcast.  Never a copy."""
-    strides = _broadcast_strides(array, shape)
+    strides = _broadcast_strides(array.shape, array.strides, shape)
     loop_shape = _group_sizes(shape, groups)
     loop_strides = tuple(strides[g[-1]] for g in groups)
     return as_strided(array, loop_shape, loop_strides, writeable=writeable)
@@ -162,8 +164,13 @@ def plan_call(kernel_name, args):
             groups = loop_shape = ()
         views = iter([a.reshape(-1) for a in arrays])
     else:
-        strides = [_broadcast_strides(a, shape) for a in arrays] + [_c_strides(shape)]
-        groups = _coalesce(shape, strides)
+        # Every operand must agree on a merge: the arrays, the C-ordered output, and the
+        # C-ordered gradient buffer of each array's own shape (sum_and_partials walks it
+        # with the same loops; an input with zero strides of its own may merge where
+        # its gradient buffer cannot).
+        strides = [_broadcast_strides(a.shape, a.strides, shape) for a in arrays]
+        strides += [_broadcast_strides(a.shape, _c_strides(a.shape), shape) for a in arrays]
+        groups = _coalesce(shape, strides + [_c_strides(shape)])
         loop_shape = _group_sizes(shape, groups)
         views = iter([_loop_view(a, shape, groups) for a in arrays])
     for i, kind in enumerate(kinds):

@@ -131,6 +131,8 @@ class FastBroadcast:
         active = []
         for i in indices:
             try:
+                if isinstance(i, (bool, np.bool_)):
+                    raise TypeError
                 i = operator.index(i)
             except TypeError:
                 raise TypeError(f"{self.__name__}: wrt must be an int or a tuple of ints, "
@@ -161,6 +163,12 @@ class FastBroadcast:
             loop = self._loops[key] = self._compile(spec)
         try:
             return loop(plan.loop_shape, *plan.operands, *outputs)
+        except ZeroDivisionError as err:
+            # Numba's float ** negative-int raises at 0 whatever the error model
+            # (dual powers do not: they give inf like NumPy).  Say where it came from.
+            raise ZeroDivisionError(
+                f"@fast_broadcast kernel {self.__name__!r}: {err} (Numba raises for "
+                f"0.0 ** negative int; write 1.0 / x ** n to get inf)") from err
         except NumbaError as err:
             raise KernelCompileError(
                 f"@fast_broadcast kernel {self.__name__!r}: the loop for {mode} could not "
