@@ -79,9 +79,9 @@ class FastBroadcast:
         reduced inside the loop: no temporary of the broadcast size is allocated."""
         plan = self._plan(args, kwargs)
         active, single = self._active(wrt, plan)
+        own = [(np.shape(plan.originals[i]), np.result_type(plan.originals[i])) for i in active]
         grad_kinds, buffers, loop_buffers = [], [], []
-        for i in active:
-            shape, dtype = np.shape(plan.originals[i]), np.result_type(plan.originals[i])
+        for shape, dtype in own:
             if math.prod(shape) == 1:
                 grad_kinds.append(REGISTER)
                 buffers.append(None)
@@ -97,12 +97,10 @@ class FastBroadcast:
                                       *loop_buffers)
         registers = iter(registers)
         grads = []
-        for i, kind, buffer in zip(active, grad_kinds, buffers):
-            arg = plan.originals[i]
-            dtype = np.result_type(arg)
+        for i, (shape, dtype), kind, buffer in zip(active, own, grad_kinds, buffers):
             if kind == REGISTER:
-                g = np.full(np.shape(arg), next(registers), dtype)
-                grads.append(g if isinstance(arg, np.ndarray) else g[()])
+                g = np.full(shape, next(registers), dtype)
+                grads.append(g if isinstance(plan.originals[i], np.ndarray) else g[()])
             else:
                 grads.append(buffer.astype(dtype, copy=False))
         return plan.dtype.type(total), (grads[0] if single else tuple(grads))
