@@ -11,8 +11,8 @@ import operator
 from numba import types
 
 from . import partials as P
-from .dualtype import REAL, DualType, make_dual, value_of
-from .rules import is_dual, is_dual_or_real, overload
+from .dualtype import DualType, make_dual, value_of
+from .rules import mixed_case, overload
 
 
 def _operator(*ops):
@@ -24,18 +24,9 @@ def _operator(*ops):
     return register
 
 
-def _mixed(x, y):
-    """The (dual, dual) / (dual, number) / (number, dual) case, or None."""
-    if not (is_dual(x, y) and is_dual_or_real(x, y)):
-        return None
-    if isinstance(x, DualType) and isinstance(y, DualType):
-        return "dd"
-    return "dn" if isinstance(x, DualType) else "nd"
-
-
 @_operator(operator.add, operator.iadd)
 def _add(x, y):
-    case = _mixed(x, y)
+    case = mixed_case(x, y)
     if case == "dd":
         return lambda x, y: make_dual(x.val + y.val, P.add(x.parts, y.parts))
     if case == "dn":
@@ -47,7 +38,7 @@ def _add(x, y):
 
 @_operator(operator.sub, operator.isub)
 def _sub(x, y):
-    case = _mixed(x, y)
+    case = mixed_case(x, y)
     if case == "dd":
         return lambda x, y: make_dual(x.val - y.val, P.sub(x.parts, y.parts))
     if case == "dn":
@@ -59,7 +50,7 @@ def _sub(x, y):
 
 @_operator(operator.mul, operator.imul)
 def _mul(x, y):
-    case = _mixed(x, y)
+    case = mixed_case(x, y)
     if case == "dd":   # product rule: x' y + y' x
         return lambda x, y: make_dual(x.val * y.val, P.lincomb(x.parts, y.val, y.parts, x.val))
     if case == "dn":
@@ -71,7 +62,7 @@ def _mul(x, y):
 
 @_operator(operator.truediv, operator.itruediv)
 def _truediv(x, y):
-    case = _mixed(x, y)
+    case = mixed_case(x, y)
     if case == "dd":   # (x/y)' = x'/y - y' (x/y)/y: reuses the quotient
         def impl(x, y):
             q = x.val / y.val
@@ -102,7 +93,7 @@ def _pow(x, y):
                 d = y / x.val ** (1 - y)
             return make_dual(value, P.scale(x.parts, d))
         return impl
-    if _mixed(x, y) is not None:
+    if mixed_case(x, y) is not None:
         return lambda x, y: math.pow(x, y)   # the table's rule
     return None
 
@@ -124,7 +115,7 @@ def _pos(x):
 def _comparison(op):
     @overload(op)
     def compare(x, y):
-        if _mixed(x, y) is not None:
+        if mixed_case(x, y) is not None:
             return lambda x, y: op(value_of(x), value_of(y))
         return None
 
@@ -148,7 +139,7 @@ def _half_each(x, y):
 
 @overload(_half_each)
 def _half_each_rule(x, y):
-    case = _mixed(x, y)
+    case = mixed_case(x, y)
     if case == "dd":
         return lambda x, y: make_dual(x.val, P.lincomb(x.parts, 0.5, y.parts, 0.5))
     if case == "dn":
@@ -161,7 +152,7 @@ def _half_each_rule(x, y):
 @overload(max)
 def _max(x, y):
     # Python's max(x, y) keeps x unless y > x: so does the dual, on the values.
-    if _mixed(x, y) is not None:
+    if mixed_case(x, y) is not None:
         def impl(x, y):
             xv, yv = value_of(x), value_of(y)
             if xv == yv:
@@ -175,7 +166,7 @@ def _max(x, y):
 
 @overload(min)
 def _min(x, y):
-    if _mixed(x, y) is not None:
+    if mixed_case(x, y) is not None:
         def impl(x, y):
             xv, yv = value_of(x), value_of(y)
             if xv == yv:

@@ -39,7 +39,7 @@ class DualType(types.Type):
         if isinstance(other, DualType) and other.n == self.n:
             return DualType(typingctx.unify_pairs(self.dtype, other.dtype), self.n)
         if isinstance(other, REAL):
-            return DualType(typingctx.unify_pairs(self.dtype, _as_float(other)), self.n)
+            return DualType(typingctx.unify_pairs(self.dtype, as_float(other)), self.n)
         return None
 
     def can_convert_from(self, typingctx, other):
@@ -50,7 +50,7 @@ class DualType(types.Type):
         return None
 
 
-def _as_float(ty):
+def as_float(ty):
     return ty if isinstance(ty, types.Float) else types.float64
 
 
@@ -83,7 +83,7 @@ def make_dual(typingctx, value, parts):
     if not (isinstance(value, REAL) and isinstance(parts, types.UniTuple)
             and isinstance(parts.dtype, REAL)):
         return None
-    dtype = _as_float(value)
+    dtype = as_float(value)
     dualty = DualType(dtype, parts.count)
 
     def codegen(context, builder, sig, args):

@@ -11,11 +11,7 @@ Sums and negation need no such care and stay plain.
 from numba import types
 from numba.extending import intrinsic, overload
 
-from .dualtype import REAL, DualType
-
-
-def _float(ty):
-    return ty if isinstance(ty, types.Float) else types.float64
+from .dualtype import REAL, DualType, as_float
 
 
 def _elements(context, builder, tupty, tup, dtype):
@@ -38,7 +34,7 @@ def scale(typingctx, parts, d):
     """``parts * d``, NaN-safe."""
     if not (_is_partials(parts) and isinstance(d, REAL)):
         return None
-    dtype = typingctx.unify_pairs(parts.dtype, _float(d))
+    dtype = typingctx.unify_pairs(parts.dtype, as_float(d))
     rettype = types.UniTuple(dtype, parts.count)
 
     def codegen(context, builder, sig, args):
@@ -57,7 +53,7 @@ def lincomb(typingctx, pa, da, pb, db):
     if not (_is_partials(pa) and _is_partials(pb) and pa.count == pb.count
             and isinstance(da, REAL) and isinstance(db, REAL)):
         return None
-    dtype = typingctx.unify_types(pa.dtype, pb.dtype, _float(da), _float(db))
+    dtype = typingctx.unify_types(pa.dtype, pb.dtype, as_float(da), as_float(db))
     rettype = types.UniTuple(dtype, pa.count)
 
     def codegen(context, builder, sig, args):

@@ -31,6 +31,16 @@ def is_dual_or_real(*tys):
     return all(isinstance(t, (DualType,) + REAL) for t in tys)
 
 
+def mixed_case(x, y):
+    """Which two-argument overload applies: "dd" (dual, dual), "dn" (dual, number),
+    "nd" (number, dual), or None when no dual is involved."""
+    if not (is_dual(x, y) and is_dual_or_real(x, y)):
+        return None
+    if isinstance(x, DualType) and isinstance(y, DualType):
+        return "dd"
+    return "dn" if isinstance(x, DualType) else "nd"
+
+
 def unary_rule(fn, derivative):
     derivative = jit_rule(derivative)
 
@@ -49,18 +59,19 @@ def binary_rule(fn, d_dx, d_dy):
 
     @overload(fn)
     def rule(x, y):
-        if isinstance(x, DualType) and isinstance(y, DualType):
+        case = mixed_case(x, y)
+        if case == "dd":
             def impl(x, y):
                 r = fn(x.val, y.val)
                 return make_dual(r, P.lincomb(x.parts, d_dx(x.val, y.val, r),
                                               y.parts, d_dy(x.val, y.val, r)))
             return impl
-        if isinstance(x, DualType) and isinstance(y, REAL):
+        if case == "dn":
             def impl(x, y):
                 r = fn(x.val, y)
                 return make_dual(r, P.scale(x.parts, d_dx(x.val, y, r)))
             return impl
-        if isinstance(x, REAL) and isinstance(y, DualType):
+        if case == "nd":
             def impl(x, y):
                 r = fn(x, y.val)
                 return make_dual(r, P.scale(y.parts, d_dy(x, y.val, r)))
@@ -79,12 +90,12 @@ def piecewise_constant_unary(fn, value_fn):
 def piecewise_constant_binary(fn, value_fn):
     @overload(fn)
     def rule(x, y):
-        if not (is_dual(x, y) and is_dual_or_real(x, y)):
-            return None
-        like = x if isinstance(x, DualType) else y
-        if like is x:
+        case = mixed_case(x, y)
+        if case in ("dd", "dn"):
             return lambda x, y: make_dual(value_fn(x.val, value_of(y)), P.zeros(x.parts))
-        return lambda x, y: make_dual(value_fn(x, y.val), P.zeros(y.parts))
+        if case == "nd":
+            return lambda x, y: make_dual(value_fn(x, y.val), P.zeros(y.parts))
+        return None
 
 
 def predicate(fn):

@@ -153,10 +153,10 @@ class FastBroadcast:
 
     def _run(self, plan, mode, active=(), grad_kinds=(), *outputs):
         """Run (compiling on first use) the loop for this mode over the planned call."""
-        key = (mode, plan.kinds, active, len(plan.groups), grad_kinds, plan.dtype)
+        key = (mode, plan.kinds, active, plan.ndim, grad_kinds, plan.dtype)
         loop = self._loops.get(key)
         if loop is None:
-            spec = LoopSpec(mode, plan.kinds, active, len(plan.groups), grad_kinds,
+            spec = LoopSpec(mode, plan.kinds, active, plan.ndim, grad_kinds,
                             plan.dtype.name)
             loop = self._loops[key] = self._compile(spec)
         try:
