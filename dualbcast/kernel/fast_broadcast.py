@@ -13,6 +13,7 @@ from numba.extending import typeof_impl
 from ..dual import DualType
 from .arguments import ARRAY, plan_call
 from .loops import ACCUMULATE, REGISTER, STORE, LoopSpec, compile_loop
+from .tracing import hook, traced
 
 _OPTIONS = ("fastmath",)
 
@@ -49,14 +50,20 @@ class FastBroadcast:
 
     def __call__(self, *args, **kwargs):
         """The kernel applied elementwise with NumPy broadcasting (a scalar for
-        all-scalar input, like a ufunc)."""
+        all-scalar input, like a ufunc).  Inside ``grad``, traced arguments get
+        their partials from the same loop (the fast broadcast rule)."""
+        if traced(args) or traced(kwargs.values()):
+            return hook.call(self, self._bind(args, kwargs))
         plan = self._plan(args, kwargs)
         out = np.empty(plan.shape, plan.dtype)
         self._run(plan, "map", (), (), out.reshape(-1))
         return out if out.ndim else out[()]
 
     def sum(self, *args, **kwargs):
-        """``sum(k(*args))`` in one loop, without materialising ``k(*args)``."""
+        """``sum(k(*args))`` in one loop, without materialising ``k(*args)``.  Inside
+        ``grad``, the gradient of the sum comes from the same loop (the sum-of-map rule)."""
+        if traced(args) or traced(kwargs.values()):
+            return hook.sum(self, self._bind(args, kwargs))
         plan = self._plan(args, kwargs)
         (total,) = self._run(plan, "sum")
         return plan.dtype.type(total)
@@ -112,7 +119,8 @@ class FastBroadcast:
 
     # ------------------------------------------------------------------ internals
 
-    def _plan(self, args, kwargs):
+    def _bind(self, args, kwargs):
+        """The arguments as one positional tuple (keywords and defaults applied)."""
         if kwargs or len(args) != self._nparams:
             try:
                 bound = self._signature.bind(*args, **kwargs)
@@ -120,7 +128,10 @@ class FastBroadcast:
                 raise TypeError(f"{self.__name__}(): {err}") from None
             bound.apply_defaults()
             args = bound.args
-        return plan_call(self.__name__, args)
+        return args
+
+    def _plan(self, args, kwargs):
+        return plan_call(self.__name__, self._bind(args, kwargs))
 
     def _active(self, wrt, plan):
         single = not isinstance(wrt, (tuple, list))

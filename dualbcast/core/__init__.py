@@ -1,0 +1,6 @@
+"""The reverse-mode core: a linear tape, boxes that record onto it, and the
+``grad``/``value_and_grad``/``vjp`` drivers.  No math here: see :mod:`dualbcast.rules`."""
+from .api import grad, stop_gradient, value_and_grad, vjp
+from .box import Box
+
+__all__ = ["Box", "grad", "stop_gradient", "value_and_grad", "vjp"]

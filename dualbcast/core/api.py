@@ -1,0 +1,227 @@
+"""``grad``, ``value_and_grad``, ``vjp`` and ``stop_gradient``: tracing a function on
+boxed arguments, then running the tape backward."""
+import functools
+import operator
+import threading
+from contextlib import contextmanager
+
+import numpy as np
+
+from .box import Box
+from .pytree import describe, flatten, unflatten
+from .tape import Tape, backward
+
+_current = threading.local()       # the tape being recorded on this thread, if any
+
+
+@contextmanager
+def _tracing(single_use):
+    if getattr(_current, "tape", None) is not None:
+        raise NotImplementedError("dualbcast: nested grad/value_and_grad/vjp calls (higher-order "
+                                  "derivatives) are not supported")
+    tape = Tape(single_use)
+    _current.tape = tape
+    try:
+        yield tape
+    finally:
+        tape.closed = True
+        _current.tape = None
+
+
+def grad(f, argnums=0):
+    """The gradient of a scalar function ``f`` with respect to the ``argnums``
+    arguments, like ``jax.grad``.  Each gradient has its argument's structure (nested
+    tuples, lists, dicts), shapes and dtypes; ``argnums`` a tuple gives a tuple.
+
+    >>> import numpy as np, dualbcast as db
+    >>> db.grad(lambda x: np.sum(x ** 2))(np.array([1.0, 2.0]))
+    array([2., 4.])
+    """
+    value_and_grad_f = value_and_grad(f, argnums)
+
+    @functools.wraps(f)
+    def grad_f(*args, **kwargs):
+        return value_and_grad_f(*args, **kwargs)[1]
+    return grad_f
+
+
+def value_and_grad(f, argnums=0):
+    """``f(*args)`` and its gradient with respect to the ``argnums`` arguments, from
+    one forward and one backward pass.  Arguments not in ``argnums`` (and keyword
+    arguments) are passed through untouched and never traced.
+
+    >>> import numpy as np, dualbcast as db
+    >>> db.value_and_grad(lambda x, a: a * np.sum(x), argnums=(0, 1))(np.ones(2), 3.0)
+    (np.float64(6.0), (array([3., 3.]), 2.0))
+    """
+    single = _check_argnums(argnums)
+
+    @functools.wraps(f)
+    def value_and_grad_f(*args, **kwargs):
+        positions = _positions(argnums, len(args), f)
+        with _tracing(single_use=True) as tape:
+            traced_args, inputs = _trace_arguments(tape, args, positions)
+            out = f(*traced_args, **kwargs)
+        value, seeds = _scalar_output(out, f, tape)
+        grads = backward(tape, seeds)
+        results = _gradients(grads, inputs)
+        return value, (results[0] if single else results)
+    return value_and_grad_f
+
+
+def vjp(f, *primals):
+    """``(f(*primals), pullback)``: ``pullback(cotangent)`` returns one cotangent per
+    primal (a tuple), each with its primal's structure, shapes and dtypes.  ``f`` may
+    return any nested structure of arrays; ``cotangent`` must have the same structure
+    and shapes.  The pullback may be called many times.
+
+    >>> import numpy as np, dualbcast as db
+    >>> y, pullback = db.vjp(np.sin, np.array([0.0, 1.0]))
+    >>> pullback(np.array([1.0, 2.0]))[0].round(4)
+    array([1.    , 1.0806])
+    """
+    with _tracing(single_use=False) as tape:
+        traced_args, inputs = _trace_arguments(tape, primals, range(len(primals)))
+        out = f(*traced_args)
+    out_leaves, out_tree = flatten(out)
+    out_values = [leaf.value if type(leaf) is Box else leaf for leaf in out_leaves]
+
+    def pullback(cotangent):
+        if getattr(_current, "tape", None) is not None:
+            raise NotImplementedError("dualbcast: calling a vjp pullback inside grad/vjp "
+                                      "(higher-order derivatives) is not supported")
+        ct_leaves, ct_tree = flatten(cotangent)
+        if ct_tree != out_tree:
+            raise ValueError(f"vjp pullback: the cotangent has structure {describe(ct_tree)} "
+                             f"but {_name(f)} returned {describe(out_tree)}")
+        seeds = []
+        for out_leaf, value, ct in zip(out_leaves, out_values, ct_leaves):
+            if np.shape(ct) != np.shape(value):
+                raise ValueError(f"vjp pullback: a cotangent of shape {np.shape(ct)} for an "
+                                 f"output of shape {np.shape(value)}")
+            if type(out_leaf) is Box:
+                # A copy: the backward pass may add into a seed, and must not hand the
+                # caller's own array back as a gradient.
+                seeds.append((out_leaf.slot, np.array(ct, dtype=np.result_type(value))))
+        return _gradients(backward(tape, seeds), inputs)
+    return unflatten(out_tree, out_values), pullback
+
+
+def stop_gradient(x):
+    """``x`` as a constant: its value (read-only for arrays), no gradient flows back.
+    Works on nested structures; outside a traced function it returns ``x`` unchanged."""
+    leaves, tree = flatten(x)
+    return unflatten(tree, [_constant(leaf) for leaf in leaves])
+
+
+def _constant(leaf):
+    if type(leaf) is not Box:
+        return leaf
+    value = leaf.value
+    if isinstance(value, np.ndarray):
+        value = value.view()
+        value.flags.writeable = False   # the tape still needs it unchanged
+    return value
+
+
+# ---------------------------------------------------------------------- helpers
+
+def _name(f):
+    return getattr(f, "__name__", repr(f))
+
+
+def _check_argnums(argnums):
+    single = not isinstance(argnums, (tuple, list))
+    for i in ((argnums,) if single else argnums):
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"argnums must be an int or a tuple of ints, not {argnums!r}")
+    if not single and len(set(argnums)) != len(argnums):
+        raise ValueError(f"argnums={argnums!r} repeats an argument")
+    return single
+
+
+def _positions(argnums, nargs, f):
+    requested = (argnums,) if not isinstance(argnums, (tuple, list)) else argnums
+    positions = []
+    for i in requested:
+        i = operator.index(i)
+        if not -nargs <= i < nargs:
+            raise ValueError(f"argnums={argnums!r} is out of range: {_name(f)} was called "
+                             f"with {nargs} positional argument{'s' * (nargs != 1)}")
+        positions.append(i % nargs)
+    if len(set(positions)) != len(positions):
+        raise ValueError(f"argnums={argnums!r} names an argument twice")
+    return positions
+
+
+def _trace_arguments(tape, args, positions):
+    """Box every leaf of the differentiated arguments; the others pass through."""
+    traced = list(args)
+    inputs = []
+    for i in positions:
+        leaves, tree = flatten(args[i])
+        boxes = [_new_leaf(tape, leaf, i) for leaf in leaves]
+        traced[i] = unflatten(tree, boxes)
+        inputs.append((boxes, tree))
+    return traced, inputs
+
+
+def _new_leaf(tape, leaf, position):
+    if type(leaf) is Box:
+        raise NotImplementedError("dualbcast: differentiating with respect to a value that is "
+                                  "already traced (nested differentiation) is not supported")
+    if not isinstance(leaf, (float, np.floating, np.ndarray)) or isinstance(leaf, np.ndarray) \
+            and leaf.dtype.kind != "f":
+        dtype = getattr(leaf, "dtype", type(leaf).__name__)
+        raise TypeError(f"cannot differentiate with respect to argument {position}: it holds "
+                        f"a value of type {dtype}; only float scalars and float arrays are "
+                        f"differentiated (integer and bool values never are)")
+    slot = len(tape.values)
+    tape.values.append(leaf)
+    return Box(leaf, slot, tape)
+
+
+def _scalar_output(out, f, tape):
+    """The value of ``f``'s output and the backward seeds; ``TypeError`` unless it is a
+    real scalar."""
+    value = out.value if type(out) is Box else out
+    if not isinstance(value, (int, float, np.number, np.ndarray, np.bool_)) \
+            or isinstance(value, complex):
+        raise TypeError(f"grad requires {_name(f)} to return a scalar; it returned a "
+                        f"{type(value).__name__}")
+    if np.ndim(value) != 0:
+        raise TypeError(f"grad requires {_name(f)} to return a scalar; it returned an array "
+                        f"of shape {np.shape(value)} (sum it, or use vjp)")
+    if np.result_type(value).kind == "c":
+        raise TypeError(f"grad requires a real output; {_name(f)} returned a complex value")
+    if type(out) is not Box:
+        return value, ()
+    return value, ((out.slot, np.result_type(value).type(1.0)),)
+
+
+def _gradients(grads, inputs):
+    """The gradient of each differentiated argument, rebuilt in its structure."""
+    handed_out = set()
+    return tuple(unflatten(tree, [_gradient_like(box.value, grads[box.slot], handed_out)
+                                  for box in boxes])
+                 for boxes, tree in inputs)
+
+
+def _gradient_like(primal, ct, handed_out):
+    """``ct`` as a gradient of ``primal``: same type, shape and dtype, never a view of
+    a buffer the caller might see twice (each array is handed out once)."""
+    if type(primal) is float:
+        return 0.0 if ct is None else float(ct)
+    dtype = primal.dtype
+    if not isinstance(primal, np.ndarray):
+        return dtype.type(0 if ct is None else ct)
+    if ct is None:
+        return np.zeros(primal.shape, dtype)
+    if np.shape(ct) != primal.shape:
+        raise RuntimeError(f"dualbcast internal error: a gradient of shape {np.shape(ct)} "
+                           f"for an argument of shape {primal.shape}; please report it")
+    if type(ct) is np.ndarray and ct.dtype == dtype and ct.flags.owndata \
+            and ct.flags.writeable and id(ct) not in handed_out:
+        handed_out.add(id(ct))
+        return ct
+    return np.array(ct, dtype=dtype)

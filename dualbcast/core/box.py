@@ -1,0 +1,264 @@
+"""Boxes: traced values that record NumPy operations onto their tape.
+
+A :class:`Box` wraps a float array or scalar (``value``) and knows its tape slot.
+Operators, methods and NumPy functions (through ``__array_ufunc__`` and
+``__array_function__``) unwrap the boxes, run NumPy on the values, and record the
+rule registered for the operation in :mod:`.registry`.  Anything without a rule raises
+``NotImplementedError`` naming it: a gradient is never silently detached.  Writes into
+a box (``x[i] = v``, ``x += v``, ``out=x``) raise ``TypeError``: a box is immutable.
+"""
+import operator
+
+import numpy as np
+
+from .registry import CONSTANT_FUNCTIONS, CONSTANT_UFUNCS, FUNCTION_RULES, UFUNC_VJPS
+
+_NO_KWARGS = {}
+
+
+def trace_inputs(args, vjps=None):
+    """Unwrap the boxes among ``args``: ``(tape, values, parent_slots, argnums)``.
+
+    ``argnums`` are the positions of traced arguments that are differentiated (those
+    whose ``vjps`` entry is not None; all of them when ``vjps`` is None)."""
+    tape = None
+    parents = argnums = ()
+    values = args
+    for i, arg in enumerate(args):
+        if type(arg) is Box:
+            if values is args:
+                values = list(args)
+            values[i] = arg.value
+            if tape is None:
+                tape = arg.tape
+                if tape.closed:
+                    raise RuntimeError("a traced value was used after its grad/vjp call "
+                                       "returned; return it from the function instead")
+            elif arg.tape is not tape:
+                raise ValueError("values traced by two different grad/vjp calls (or "
+                                 "threads) met in one operation")
+            if vjps is None or vjps[i] is not None:
+                parents += (arg.slot,)
+                argnums += (i,)
+    return tape, values, parents, argnums
+
+
+def apply(func, vjps, args, kwargs=_NO_KWARGS):
+    """``func(*values of args, **kwargs)``, recorded when a differentiable argument is
+    traced (``vjps[i]`` not None).  The one place where NumPy operations meet the tape."""
+    tape, values, parents, argnums = trace_inputs(args, vjps)
+    ans = func(*values, **kwargs)
+    if not parents:
+        return ans
+    return record(tape, ans, parents, argnums, vjps, tuple(values), kwargs)
+
+
+def record(tape, ans, parents, argnums, vjps, args, kwargs=_NO_KWARGS):
+    """Append a record to ``tape`` and return the box of its result."""
+    slot = len(tape.values)
+    tape.values.append(ans)
+    tape.records.append((slot, parents, argnums, vjps, ans, args, kwargs))
+    return Box(ans, slot, tape)
+
+
+def unbox(x):
+    """The value of a box; anything else unchanged."""
+    return x.value if type(x) is Box else x
+
+
+def call_ufunc(ufunc, inputs):
+    vjps = UFUNC_VJPS.get(ufunc)
+    if vjps is not None:
+        return apply(ufunc, vjps, inputs)
+    if ufunc in CONSTANT_UFUNCS:
+        return ufunc(*map(unbox, inputs))
+    raise NotImplementedError(f"dualbcast has no gradient rule for numpy.{ufunc.__name__} "
+                              f"(called on a traced value)")
+
+
+def call_function(func, args, kwargs):
+    rule = FUNCTION_RULES.get(func)
+    if rule is not None:
+        return rule(*args, **kwargs)
+    if func in CONSTANT_FUNCTIONS:
+        return func(*map(_unbox_nested, args),
+                    **{k: _unbox_nested(v) for k, v in kwargs.items()})
+    name = getattr(func, "__name__", repr(func))
+    module = getattr(func, "__module__", None) or "numpy"
+    raise NotImplementedError(f"dualbcast has no gradient rule for {module}.{name} "
+                              f"(called on a traced value)")
+
+
+def _unbox_nested(x):
+    if type(x) in (list, tuple):
+        return type(x)(map(unbox, x))
+    return unbox(x)
+
+
+def _method(func):
+    # x.sum(...) and np.sum(x, ...) share one rule (looked up at call time, so rules
+    # may register after this module is imported).
+    def method(self, *args, **kwargs):
+        return call_function(func, (self,) + args, kwargs)
+    method.__name__ = func.__name__
+    method.__doc__ = f"Traced ``numpy.{func.__name__}``."
+    return method
+
+
+def _shape_method(func):
+    # x.reshape(2, 3) and x.reshape((2, 3)) are both NumPy; so are x.transpose() and x.T.
+    def method(self, *shape, **kwargs):
+        if not shape:
+            return call_function(func, (self,), kwargs)
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = shape[0]
+        return call_function(func, (self, shape), kwargs)
+    method.__name__ = func.__name__
+    return method
+
+
+def _binary(ufunc):
+    def forward(self, other):
+        return call_ufunc(ufunc, (self, other))
+
+    def reflected(self, other):
+        return call_ufunc(ufunc, (other, self))
+    return forward, reflected
+
+
+def _in_place(name):
+    def method(self, other):
+        raise TypeError(f"in-place {name} on a traced array: traced values are immutable "
+                        f"(a write would change a value the gradient depends on); write "
+                        f"x = x {name[:-1]} y instead")
+    return method
+
+
+def _detaching(what):
+    def method(self, *args, **kwargs):
+        raise TypeError(f"{what} of a traced value would detach it from the gradient; call "
+                        f"dualbcast.stop_gradient(x) first if that is what you mean")
+    return method
+
+
+class Box:
+    """A traced float array or scalar inside ``grad``, ``value_and_grad`` or ``vjp``."""
+
+    __slots__ = ("value", "slot", "tape")
+    __hash__ = None         # like ndarray: == is elementwise
+
+    def __init__(self, value, slot, tape):
+        self.value = value
+        self.slot = slot
+        self.tape = tape
+
+    def __repr__(self):
+        return f"Box({self.value!r})"
+
+    # --------------------------------------------------------------- array protocol
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if "out" in kwargs:
+            raise TypeError(f"numpy.{ufunc.__name__}(..., out=...) with traced values: an "
+                            f"in-place write would detach or corrupt the gradient; use the "
+                            f"returned value instead")
+        if method != "__call__":
+            raise NotImplementedError(f"dualbcast has no gradient rule for "
+                                      f"numpy.{ufunc.__name__}.{method}")
+        if kwargs:
+            raise NotImplementedError(f"dualbcast: numpy.{ufunc.__name__} on traced values "
+                                      f"does not support the keywords {sorted(kwargs)}")
+        return call_ufunc(ufunc, inputs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return call_function(func, args, kwargs)
+
+    __array__ = _detaching("np.asarray()/np.array()")
+    __float__ = _detaching("float()")
+    __int__ = _detaching("int()")
+    __index__ = _detaching("operator.index()")
+    __complex__ = _detaching("complex()")
+    item = _detaching(".item()")
+    tolist = _detaching(".tolist()")
+
+    def __bool__(self):
+        # Control flow on a value is fine: the branch taken is what gets differentiated.
+        return bool(self.value)
+
+    # --------------------------------------------------------------- attributes
+    shape = property(lambda self: np.shape(self.value))
+    ndim = property(lambda self: np.ndim(self.value))
+    size = property(lambda self: np.size(self.value))
+    dtype = property(lambda self: np.result_type(self.value))
+    T = property(lambda self: call_function(np.transpose, (self,), {}))
+
+    def __len__(self):
+        return len(self.value)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self.value)))
+
+    # --------------------------------------------------------------- operators
+    __add__, __radd__ = _binary(np.add)
+    __sub__, __rsub__ = _binary(np.subtract)
+    __mul__, __rmul__ = _binary(np.multiply)
+    __truediv__, __rtruediv__ = _binary(np.true_divide)
+    __floordiv__, __rfloordiv__ = _binary(np.floor_divide)
+    __mod__, __rmod__ = _binary(np.remainder)
+    __pow__, __rpow__ = _binary(np.power)
+    __matmul__, __rmatmul__ = _binary(np.matmul)
+    __lt__, __gt__ = _binary(np.less)[0], _binary(np.greater)[0]
+    __le__, __ge__ = _binary(np.less_equal)[0], _binary(np.greater_equal)[0]
+    __eq__, __ne__ = _binary(np.equal)[0], _binary(np.not_equal)[0]
+
+    def __neg__(self):
+        return call_ufunc(np.negative, (self,))
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return call_ufunc(np.absolute, (self,))
+
+    __iadd__, __isub__ = _in_place("+="), _in_place("-=")
+    __imul__, __itruediv__ = _in_place("*="), _in_place("/=")
+    __ifloordiv__, __imod__ = _in_place("//="), _in_place("%=")
+    __ipow__, __imatmul__ = _in_place("**="), _in_place("@=")
+
+    # --------------------------------------------------------------- indexing
+    def __getitem__(self, index):
+        return call_function(operator.getitem, (self, index), {})
+
+    def __setitem__(self, index, value):
+        raise TypeError("x[...] = v on a traced array: traced values are immutable (a write "
+                        "would change a value the gradient depends on); build the result "
+                        "with np.where, np.concatenate or arithmetic instead")
+
+    # --------------------------------------------------------------- methods
+    sum = _method(np.sum)
+    mean = _method(np.mean)
+    prod = _method(np.prod)
+    max = _method(np.max)
+    min = _method(np.min)
+    var = _method(np.var)
+    std = _method(np.std)
+    cumsum = _method(np.cumsum)
+    dot = _method(np.dot)
+    clip = _method(np.clip)
+    ravel = _method(np.ravel)
+    flatten = _method(np.ravel)     # a copy in NumPy; boxes are immutable, so a view is fine
+    squeeze = _method(np.squeeze)
+    swapaxes = _method(np.swapaxes)
+    reshape = _shape_method(np.reshape)
+    transpose = _shape_method(np.transpose)
+    argmax = _method(np.argmax)
+    argmin = _method(np.argmin)
+    argsort = _method(np.argsort)
+    nonzero = _method(np.nonzero)
+    any = _method(np.any)
+    all = _method(np.all)
+
+    def copy(self):
+        return self                 # boxes are immutable: sharing is a copy
+
+    def astype(self, dtype, **kwargs):
+        return call_function(np.ndarray.astype, (self, dtype), kwargs)

@@ -1,0 +1,63 @@
+"""Nested tuples, lists, dicts and namedtuples of leaves ("pytrees"), flattened and
+rebuilt: how arguments, gradients and cotangents keep their user's structure."""
+
+LEAF = "leaf"
+
+
+def flatten(tree):
+    """``(leaves, treedef)``; ``treedef`` compares equal for trees of equal structure."""
+    leaves = []
+    return leaves, _flatten(tree, leaves)
+
+
+def _flatten(node, leaves):
+    kind = type(node)
+    if kind is tuple or kind is list:
+        return (kind, None, tuple(_flatten(child, leaves) for child in node))
+    if isinstance(node, tuple) and hasattr(node, "_fields"):          # namedtuple
+        return (kind, None, tuple(_flatten(child, leaves) for child in node))
+    if isinstance(node, dict):
+        keys = tuple(node)
+        return (kind, keys, tuple(_flatten(node[k], leaves) for k in keys))
+    if node is None:
+        return (None, None, ())
+    leaves.append(node)
+    return LEAF
+
+
+def unflatten(treedef, leaves):
+    """Rebuild a tree of ``treedef``'s structure from ``leaves`` in flattening order."""
+    leaves = iter(leaves)
+    return _unflatten(treedef, leaves)
+
+
+def _unflatten(treedef, leaves):
+    if treedef == LEAF:
+        return next(leaves)
+    kind, keys, children = treedef
+    if kind is None:
+        return None
+    rebuilt = [_unflatten(child, leaves) for child in children]
+    if kind is tuple or kind is list:
+        return kind(rebuilt)
+    if keys is None:                                                    # namedtuple
+        return kind(*rebuilt)
+    try:
+        return kind(zip(keys, rebuilt))
+    except TypeError:               # a dict subclass with another constructor
+        return dict(zip(keys, rebuilt))
+
+
+def describe(treedef):
+    """A short human description of a tree structure, for error messages."""
+    if treedef == LEAF:
+        return "*"
+    kind, keys, children = treedef
+    if kind is None:
+        return "None"
+    inner = [describe(c) for c in children]
+    if keys is not None:
+        return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(keys, inner)) + "}"
+    brackets = "[]" if kind is list else "()"
+    return brackets[0] + ", ".join(inner) + ("," if len(inner) == 1 and kind is not list
+                                             else "") + brackets[1]

@@ -1,0 +1,15 @@
+"""Where rules register themselves; the core looks them up here and holds no math.
+
+- ``UFUNC_VJPS[ufunc]``: a tuple with one ``vjp(g, ans, *inputs)`` per ufunc input, or
+  None for an input no gradient flows through.
+- ``CONSTANT_UFUNCS``: ufuncs whose derivative is zero almost everywhere (comparisons,
+  ``floor``, ``sign``...): computed on the values, the result is a plain constant.
+- ``FUNCTION_RULES[func]``: a callable taking ``func``'s arguments (traced or not) for
+  NumPy functions reached through ``__array_function__``.
+- ``CONSTANT_FUNCTIONS``: functions whose result does not depend differentiably on the
+  values (``np.shape``, ``np.argmax``, ``np.zeros_like``...).
+"""
+UFUNC_VJPS = {}
+CONSTANT_UFUNCS = set()
+FUNCTION_RULES = {}
+CONSTANT_FUNCTIONS = set()

@@ -1,0 +1,93 @@
+"""The tape: a Wengert list of records, and the backward pass that walks it.
+
+Records are appended in execution order, so walking them in reverse visits every value
+after all of its uses: a topological order for free, whatever Python control flow,
+recursion or memoisation produced the program.  A record is a plain tuple
+
+    (out_slot, parent_slots, argnums, vjps, ans, args, kwargs)
+
+meaning: ``ans = f(*args, **kwargs)`` was stored in ``out_slot``; the arguments at
+positions ``argnums`` were traced values living in ``parent_slots``; ``vjps[i](g, ans,
+*args, **kwargs)`` is the cotangent of argument ``i`` given the cotangent ``g`` of
+``ans``.  Only traced arguments that a rule can differentiate are parents, so constants
+cost nothing in the backward pass.  There is no math here: rules supply the vjps.
+"""
+import numpy as np
+
+
+class Tape:
+    """One trace: the values of its slots and the records that produced them."""
+
+    __slots__ = ("values", "records", "closed", "single_use")
+
+    def __init__(self, single_use):
+        self.values = []        # primal value of each slot (shape and dtype of its gradient)
+        self.records = []
+        self.closed = False     # set when the traced function returns
+        # A single-use tape (grad, value_and_grad) runs backward once, so rules may
+        # overwrite buffers they saved in the forward pass; a vjp pullback may be
+        # called many times and must not.
+        self.single_use = single_use
+
+
+class SparseCotangent:
+    """A cotangent that is zero except at ``index``: what indexing sends back.
+
+    The backward pass adds ``values`` into the parent's gradient buffer in place, so
+    reading a few elements of a large traced array costs a few elements per read
+    (plus one zeroed buffer per array), not one dense array per read.
+    """
+
+    __slots__ = ("index", "values", "repeats")
+
+    def __init__(self, index, values, repeats):
+        self.index = index
+        self.values = values
+        self.repeats = repeats  # integer-array index: positions may repeat (np.add.at)
+
+
+def backward(tape, seeds):
+    """Cotangents of every slot given ``seeds``, pairs ``(slot, cotangent)``.
+
+    Returns the list of cotangents by slot (None where nothing flowed).  Intermediate
+    cotangents are dropped as soon as their record has been processed.
+    """
+    grads = [None] * len(tape.values)
+    owned = bytearray(len(tape.values))   # 1 where grads[slot] is a buffer we may add into
+    for slot, seed in seeds:
+        _accumulate(grads, owned, tape.values, slot, seed)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for out_slot, parents, argnums, vjps, ans, args, kwargs in reversed(tape.records):
+            g = grads[out_slot]
+            if g is None:
+                continue
+            grads[out_slot] = None
+            for slot, i in zip(parents, argnums):
+                _accumulate(grads, owned, tape.values, slot, vjps[i](g, ans, *args, **kwargs))
+    return grads
+
+
+def _accumulate(grads, owned, values, slot, ct):
+    # Cotangents returned by rules may alias each other (``x + y`` hands the same ``g``
+    # to both), so only buffers allocated here are ever added into in place.
+    current = grads[slot]
+    if type(ct) is SparseCotangent:
+        if current is None or not owned[slot]:
+            primal = values[slot]
+            buffer = np.zeros(np.shape(primal), np.result_type(primal))
+            if current is not None:
+                buffer += current
+            grads[slot] = current = buffer
+            owned[slot] = 1
+        if ct.repeats:
+            np.add.at(current, ct.index, ct.values)
+        else:
+            current[ct.index] += ct.values
+    elif current is None:
+        grads[slot] = ct
+    elif owned[slot]:
+        current += ct
+    else:
+        total = current + ct
+        grads[slot] = total
+        owned[slot] = type(total) is np.ndarray

@@ -1,0 +1,127 @@
+"""VJPs of NumPy's elementwise ufuncs, one line each.
+
+Each ``vjp(g, ans, *inputs)`` returns the cotangent at the broadcast shape; the
+``elementwise`` wrapper sums it back to the input's own shape (``unbroadcast``).
+Conventions match the dual-number rules of the kernels (README, "Derivative
+conventions"): ``abs`` has derivative 0 at 0, ``maximum``/``minimum`` give half to each
+side at a tie, and a zero cotangent meeting an infinite local derivative gives 0, not nan.
+"""
+import numpy as np
+
+from ..core.registry import CONSTANT_UFUNCS, UFUNC_VJPS
+
+LN2, LN10 = np.log(2.0), np.log(10.0)
+
+
+def unbroadcast(ct, shape):
+    """Sum ``ct`` over the axes that broadcasting added to or stretched in ``shape``."""
+    ct_shape = np.shape(ct)
+    if ct_shape == shape:
+        return ct
+    extra = len(ct_shape) - len(shape)
+    axes = tuple(range(extra)) + tuple(
+        extra + i for i, n in enumerate(shape) if n == 1 and ct_shape[extra + i] != 1)
+    ct = np.sum(ct, axis=axes)
+    return ct.reshape(shape) if np.shape(ct) != shape else ct
+
+
+def nan_safe(g, local):
+    """``g * local``, but 0 where ``g`` is 0 even if ``local`` is infinite or nan:
+    a value that does not influence the output contributes nothing (as the kernels'
+    dual numbers do)."""
+    product = g * local
+    return np.where(g == 0, np.zeros((), np.result_type(product)), product)
+
+
+def _reduced(vjp, position):
+    def vjp_to_input_shape(g, ans, *inputs):
+        return unbroadcast(vjp(g, ans, *inputs), np.shape(inputs[position]))
+    return vjp_to_input_shape
+
+
+def elementwise(ufunc, *vjps):
+    """Register an elementwise ufunc's VJPs (None: no gradient through that input)."""
+    UFUNC_VJPS[ufunc] = tuple(None if vjp is None else _reduced(vjp, i)
+                              for i, vjp in enumerate(vjps))
+
+
+def _half_at_ties(wins, ties):
+    return wins + 0.5 * ties
+
+
+elementwise(np.negative, lambda g, ans, x: -g)
+elementwise(np.positive, lambda g, ans, x: g)
+elementwise(np.conjugate, lambda g, ans, x: g)       # real inputs only (complex: no rules)
+elementwise(np.exp, lambda g, ans, x: g * ans)
+elementwise(np.exp2, lambda g, ans, x: g * ans * LN2)
+elementwise(np.expm1, lambda g, ans, x: g * (ans + 1.0))
+elementwise(np.log, lambda g, ans, x: nan_safe(g, 1.0 / x))
+elementwise(np.log2, lambda g, ans, x: nan_safe(g, 1.0 / (x * LN2)))
+elementwise(np.log10, lambda g, ans, x: nan_safe(g, 1.0 / (x * LN10)))
+elementwise(np.log1p, lambda g, ans, x: nan_safe(g, 1.0 / (1.0 + x)))
+elementwise(np.sqrt, lambda g, ans, x: nan_safe(g, 0.5 / ans))
+elementwise(np.cbrt, lambda g, ans, x: nan_safe(g, 1.0 / (3.0 * ans * ans)))
+elementwise(np.square, lambda g, ans, x: g * 2.0 * x)
+elementwise(np.reciprocal, lambda g, ans, x: -g * ans * ans)
+elementwise(np.sin, lambda g, ans, x: g * np.cos(x))
+elementwise(np.cos, lambda g, ans, x: -g * np.sin(x))
+elementwise(np.tan, lambda g, ans, x: g * (1.0 + ans * ans))
+elementwise(np.arcsin, lambda g, ans, x: nan_safe(g, 1.0 / np.sqrt(1.0 - x * x)))
+elementwise(np.arccos, lambda g, ans, x: nan_safe(g, -1.0 / np.sqrt(1.0 - x * x)))
+elementwise(np.arctan, lambda g, ans, x: g / (1.0 + x * x))
+elementwise(np.sinh, lambda g, ans, x: g * np.cosh(x))
+elementwise(np.cosh, lambda g, ans, x: g * np.sinh(x))
+elementwise(np.tanh, lambda g, ans, x: g * (1.0 - ans * ans))
+elementwise(np.arcsinh, lambda g, ans, x: g / np.hypot(x, 1.0))
+elementwise(np.arccosh, lambda g, ans, x: nan_safe(g, 1.0 / np.sqrt((x - 1.0) * (x + 1.0))))
+elementwise(np.arctanh, lambda g, ans, x: nan_safe(g, 1.0 / ((1.0 - x) * (1.0 + x))))
+elementwise(np.absolute, lambda g, ans, x: g * np.sign(x))             # 0 at 0, as PyTorch
+elementwise(np.fabs, lambda g, ans, x: g * np.sign(x))
+elementwise(np.deg2rad, lambda g, ans, x: g * (np.pi / 180.0))
+elementwise(np.rad2deg, lambda g, ans, x: g * (180.0 / np.pi))
+
+elementwise(np.add, lambda g, ans, x, y: g, lambda g, ans, x, y: g)
+elementwise(np.subtract, lambda g, ans, x, y: g, lambda g, ans, x, y: -g)
+elementwise(np.multiply, lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x)
+elementwise(np.true_divide, lambda g, ans, x, y: g / y, lambda g, ans, x, y: -g * x / (y * y))
+elementwise(np.power,
+            # d/dx x**y: y * x**(y-1), 0 for y == 0 (never 0 * inf at x == 0).
+            lambda g, ans, x, y: nan_safe(g, np.where(y == 0, 0.0, y * np.power(x, y - 1.0))),
+            # d/dy x**y: log(x) * x**y, 0 at x == 0 (JAX's limit), nan for x < 0.
+            lambda g, ans, x, y: nan_safe(g, np.where(x == 0, 0.0, ans * np.log(
+                np.where(x == 0, 1.0, x)))))
+UFUNC_VJPS[np.float_power] = UFUNC_VJPS[np.power]
+elementwise(np.arctan2,
+            # d atan2(y, x) = (x dy - y dx) / (x^2 + y^2), with hypot: no overflow.
+            lambda g, ans, y, x: g * (x / np.hypot(x, y)) / np.hypot(x, y),
+            lambda g, ans, y, x: -g * (y / np.hypot(x, y)) / np.hypot(x, y))
+elementwise(np.hypot,
+            lambda g, ans, x, y: g * np.where(ans == 0, 0.0, x / np.where(ans == 0, 1.0, ans)),
+            lambda g, ans, x, y: g * np.where(ans == 0, 0.0, y / np.where(ans == 0, 1.0, ans)))
+elementwise(np.maximum,
+            lambda g, ans, x, y: g * _half_at_ties(x > y, x == y),
+            lambda g, ans, x, y: g * _half_at_ties(y > x, x == y))
+elementwise(np.minimum,
+            lambda g, ans, x, y: g * _half_at_ties(x < y, x == y),
+            lambda g, ans, x, y: g * _half_at_ties(y < x, x == y))
+# fmax/fmin ignore a nan: the other input wins outright.
+elementwise(np.fmax,
+            lambda g, ans, x, y: g * _half_at_ties((x > y) | np.isnan(y) & ~np.isnan(x), x == y),
+            lambda g, ans, x, y: g * _half_at_ties((y > x) | np.isnan(x) & ~np.isnan(y), x == y))
+elementwise(np.fmin,
+            lambda g, ans, x, y: g * _half_at_ties((x < y) | np.isnan(y) & ~np.isnan(x), x == y),
+            lambda g, ans, x, y: g * _half_at_ties((y < x) | np.isnan(x) & ~np.isnan(y), x == y))
+elementwise(np.logaddexp,
+            lambda g, ans, x, y: g * np.exp(x - ans), lambda g, ans, x, y: g * np.exp(y - ans))
+elementwise(np.logaddexp2,
+            lambda g, ans, x, y: g * np.exp2(x - ans), lambda g, ans, x, y: g * np.exp2(y - ans))
+elementwise(np.remainder, lambda g, ans, x, y: g, lambda g, ans, x, y: -g * np.floor_divide(x, y))
+elementwise(np.fmod, lambda g, ans, x, y: g, lambda g, ans, x, y: -g * np.trunc(x / y))
+elementwise(np.copysign, lambda g, ans, x, y: g * np.sign(x) * np.sign(ans), None)
+
+# Piecewise constant, boolean or integer results: computed on values, never traced.
+CONSTANT_UFUNCS.update({
+    np.floor, np.ceil, np.trunc, np.rint, np.sign, np.signbit, np.floor_divide, np.heaviside,
+    np.isnan, np.isinf, np.isfinite, np.less, np.less_equal, np.greater, np.greater_equal,
+    np.equal, np.not_equal, np.logical_and, np.logical_or, np.logical_xor, np.logical_not,
+})

@@ -1,0 +1,120 @@
+"""VJPs of reductions and scans: sum, mean, prod, max, min, var, std, cumsum."""
+import numpy as np
+
+from ..core.box import apply
+from ..core.registry import FUNCTION_RULES
+
+
+def _reject(name, out=None, **unsupported):
+    if out is not None:
+        raise TypeError(f"numpy.{name}(..., out=...) with traced values: an in-place write "
+                        f"would detach the gradient; use the returned value")
+    unsupported = {k: v for k, v in unsupported.items() if v is not None}
+    if unsupported:
+        raise NotImplementedError(f"dualbcast: numpy.{name} on traced values does not "
+                                  f"support the keywords {sorted(unsupported)}")
+
+
+def _axes(axis, ndim):
+    """``axis`` (None, int or tuple) as a sorted tuple of non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if np.ndim(axis) == 0 else tuple(axis)
+    return tuple(sorted(int(a) % ndim if ndim else 0 for a in axes))
+
+
+def _restore(g, shape, axis, keepdims):
+    """``g`` with the reduced axes put back as length-1 axes (broadcastable to shape)."""
+    if keepdims or not shape:
+        return g
+    return np.expand_dims(g, _axes(axis, len(shape)))
+
+
+def _sum_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
+    shape = np.shape(x)
+    return np.broadcast_to(_restore(g, shape, axis, keepdims), shape)
+
+
+def _mean_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
+    shape = np.shape(x)
+    count = np.prod([shape[a] for a in _axes(axis, len(shape))], dtype=np.int64)
+    return np.broadcast_to(_restore(g, shape, axis, keepdims) / count, shape)
+
+
+def _prod_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
+    # The product of all the *other* elements, from exclusive cumulative products from
+    # both ends: correct with zeros in x, where ans / x is not.
+    x = np.asarray(x)
+    axes = _axes(axis, x.ndim)
+    kept = [a for a in range(x.ndim) if a not in axes]
+    moved = np.transpose(x, kept + list(axes))
+    flat = moved.reshape(moved.shape[:len(kept)] + (-1,))
+    ones = np.ones(flat.shape[:-1] + (1,), flat.dtype)
+    left = np.cumprod(np.concatenate([ones, flat[..., :-1]], axis=-1), axis=-1)
+    right = np.cumprod(np.concatenate([ones, flat[..., :0:-1]], axis=-1), axis=-1)[..., ::-1]
+    others = (left * right).reshape(moved.shape)
+    others = np.transpose(others, np.argsort(kept + list(axes)))
+    return _restore(g, x.shape, axis, keepdims) * others
+
+
+def _extremum_vjp(g, ans, x, axis=None, keepdims=False):
+    # Ties share the cotangent equally (as np.maximum at a tie: half to each side).
+    shape = np.shape(x)
+    ans = _restore(ans, shape, axis, keepdims)
+    winners = x == ans
+    count = np.sum(winners, axis=_axes(axis, len(shape)), keepdims=True)
+    return _restore(g, shape, axis, keepdims) * winners / count
+
+
+def _cumsum_vjp(g, ans, x, axis=None, dtype=None):
+    if axis is None:
+        return np.cumsum(g[::-1])[::-1].reshape(np.shape(x))
+    return np.flip(np.cumsum(np.flip(g, axis), axis), axis)
+
+
+def _reduction(func, vjp, *, dtype_kw=True):
+    name = func.__name__
+
+    def rule(a, axis=None, dtype=None, out=None, keepdims=False, **unsupported):
+        _reject(name, out, **unsupported)
+        kwargs = {"axis": axis, "keepdims": keepdims}
+        if dtype is not None:
+            kwargs["dtype"] = dtype
+        return apply(func, (vjp,), (a,), kwargs)
+
+    def rule_without_dtype(a, axis=None, out=None, keepdims=False, **unsupported):
+        _reject(name, out, **unsupported)
+        return apply(func, (vjp,), (a,), {"axis": axis, "keepdims": keepdims})
+    FUNCTION_RULES[func] = rule if dtype_kw else rule_without_dtype
+
+
+_reduction(np.sum, _sum_vjp)
+_reduction(np.mean, _mean_vjp)
+_reduction(np.prod, _prod_vjp)
+for _f in (np.max, np.amax, np.min, np.amin):
+    _reduction(_f, _extremum_vjp, dtype_kw=False)
+
+
+def _cumsum_rule(a, axis=None, dtype=None, out=None):
+    _reject("cumsum", out)
+    kwargs = {"axis": axis} if dtype is None else {"axis": axis, "dtype": dtype}
+    return apply(np.cumsum, (_cumsum_vjp,), (a,), kwargs)
+
+
+def _var_rule(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **unsupported):
+    # Composed from traced operations: mean((a - mean(a))**2) * n / (n - ddof).
+    _reject("var", out, dtype=dtype, **unsupported)
+    shape = np.shape(a)
+    count = int(np.prod([shape[i] for i in _axes(axis, len(shape))]))
+    centred = a - np.mean(a, axis=axis, keepdims=True)
+    return np.sum(centred * centred, axis=axis, keepdims=keepdims) / (count - ddof)
+
+
+def _std_rule(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **unsupported):
+    _reject("std", out, dtype=dtype, **unsupported)
+    return np.sqrt(_var_rule(a, axis=axis, ddof=ddof, keepdims=keepdims))
+
+
+FUNCTION_RULES[np.cumsum] = _cumsum_rule
+FUNCTION_RULES[np.var] = _var_rule
+FUNCTION_RULES[np.std] = _std_rule

@@ -1,0 +1,228 @@
+"""VJPs of shape and selection operations: reshapes, transposes, indexing,
+concatenation, stacking, ``where``, ``clip`` and casts.  All linear, so each backward
+is the matching reshape, transpose, slice or scatter of the cotangent."""
+import functools
+import operator
+
+import numpy as np
+
+from ..core.box import Box, apply, unbox
+from ..core.registry import CONSTANT_FUNCTIONS, FUNCTION_RULES
+from ..core.tape import SparseCotangent
+from .elementwise import unbroadcast
+
+
+def _register(func):
+    def decorate(rule):
+        FUNCTION_RULES[func] = rule
+        return rule
+    return decorate
+
+
+def _linear(func, vjp):
+    """A rule for ``func(a, *static)`` whose only traced input is ``a``."""
+    def rule(a, *args, **kwargs):
+        return apply(func, (vjp,), (a,) + args, kwargs)
+    return rule
+
+
+def _to_shape_of(g, ans, a, *args, **kwargs):
+    return np.reshape(g, np.shape(a))
+
+
+def _reshape(a, shape=None, order="C", *, newshape=None, copy=None):
+    shape = newshape if shape is None else shape
+    return np.reshape(a, shape, order=order)
+
+
+def _reshape_vjp(g, ans, a, shape=None, order="C", *, newshape=None, copy=None):
+    return np.reshape(g, np.shape(a), order=order)
+
+
+def _ravel_vjp(g, ans, a, order="C"):
+    return np.reshape(g, np.shape(a), order=order)
+
+
+def _transpose_vjp(g, ans, a, axes=None):
+    return np.transpose(g) if axes is None else np.transpose(g, np.argsort(axes))
+
+
+FUNCTION_RULES[np.reshape] = _linear(_reshape, _reshape_vjp)
+FUNCTION_RULES[np.ravel] = _linear(np.ravel, _ravel_vjp)
+FUNCTION_RULES[np.transpose] = _linear(np.transpose, _transpose_vjp)
+FUNCTION_RULES[np.swapaxes] = _linear(
+    np.swapaxes, lambda g, ans, a, axis1, axis2: np.swapaxes(g, axis1, axis2))
+FUNCTION_RULES[np.moveaxis] = _linear(
+    np.moveaxis, lambda g, ans, a, source, destination: np.moveaxis(g, destination, source))
+FUNCTION_RULES[np.expand_dims] = _linear(np.expand_dims, _to_shape_of)
+FUNCTION_RULES[np.squeeze] = _linear(np.squeeze, _to_shape_of)
+FUNCTION_RULES[np.broadcast_to] = _linear(
+    np.broadcast_to, lambda g, ans, a, shape, subok=False: unbroadcast(g, np.shape(a)))
+FUNCTION_RULES[np.atleast_1d] = lambda *arrays: _atleast(arrays, 1)
+FUNCTION_RULES[np.atleast_2d] = lambda *arrays: _atleast(arrays, 2)
+
+
+def _atleast(arrays, ndim):
+    out = [_at_least(a, ndim) for a in arrays]
+    return out[0] if len(out) == 1 else out
+
+
+def _at_least(a, ndim):
+    shape = np.shape(unbox(a))
+    if len(shape) >= ndim:
+        return a
+    # NumPy's rules: a scalar becomes (1,)*ndim, a vector (n,) becomes (1, n).
+    return np.reshape(a, (1,) * (ndim - len(shape)) + shape)
+
+
+@_register(np.copy)
+def _copy(a, order="K", subok=False):
+    return a                            # boxes are immutable: sharing is a copy
+
+
+@_register(np.ndarray.astype)
+def _astype(a, dtype, order="K", casting="unsafe", subok=True, copy=True):
+    if np.dtype(dtype).kind != "f":
+        return np.asarray(unbox(a)).astype(dtype)[()]     # an int or bool: a constant
+    # The cotangent keeps flowing in the wider dtype; gradients are cast to each
+    # argument's dtype when they are handed back.
+    return apply(_cast, (lambda g, ans, a, dtype: g,), (a, dtype))
+
+
+def _cast(value, dtype):
+    return np.asarray(value).astype(dtype)[()] if np.ndim(value) == 0 else value.astype(dtype)
+
+
+# ------------------------------------------------------------------ indexing
+
+@_register(operator.getitem)
+def _getitem(a, index):
+    parts = index if type(index) is tuple else (index,)
+    if any(type(p) is Box for p in parts):
+        raise TypeError("indexing with a traced value: indices are integers or booleans, "
+                        "which are never differentiated; use db.stop_gradient(i) or an int")
+    return apply(operator.getitem, (_getitem_vjp, None), (a, index))
+
+
+def _getitem_vjp(g, ans, a, index):
+    # Sparse: added in place into the parent's one gradient buffer by the backward pass.
+    return SparseCotangent(index, g, _has_integer_array(index))
+
+
+def _has_integer_array(index):
+    # Integer-array indices may repeat a position; their contributions must add up.
+    for part in (index if type(index) is tuple else (index,)):
+        if isinstance(part, (list, np.ndarray)) and np.asarray(part).dtype.kind != "b":
+            return True
+    return False
+
+
+# ------------------------------------------------------------------ joining
+
+@functools.lru_cache(maxsize=None)
+def _concatenate_vjps(n):
+    return tuple(functools.partial(_concatenate_vjp, i) for i in range(n))
+
+
+def _concatenate(*arrays, axis=0):
+    return np.concatenate(arrays, axis=axis)
+
+
+def _concatenate_vjp(i, g, ans, *arrays, axis=0):
+    if axis is None:
+        start = sum(np.size(a) for a in arrays[:i])
+        return g[start:start + np.size(arrays[i])].reshape(np.shape(arrays[i]))
+    axis = axis % np.ndim(ans)
+    start = sum(np.shape(a)[axis] for a in arrays[:i])
+    window = (slice(None),) * axis + (slice(start, start + np.shape(arrays[i])[axis]),)
+    return g[window]
+
+
+@_register(np.concatenate)
+def _concatenate_rule(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    if out is not None:
+        raise TypeError("numpy.concatenate(..., out=...) with traced values: an in-place "
+                        "write would detach the gradient; use the returned value")
+    arrays = tuple(arrays)
+    kwargs = {"axis": axis} if dtype is None else {"axis": axis, "dtype": dtype}
+    return apply(_concatenate, _concatenate_vjps(len(arrays)), arrays, kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def _stack_vjps(n):
+    return tuple(functools.partial(_stack_vjp, i) for i in range(n))
+
+
+def _stack(*arrays, axis=0):
+    return np.stack(arrays, axis=axis)
+
+
+def _stack_vjp(i, g, ans, *arrays, axis=0):
+    return g[(slice(None),) * (axis % np.ndim(ans)) + (i,)]
+
+
+@_register(np.stack)
+def _stack_rule(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    if out is not None:
+        raise TypeError("numpy.stack(..., out=...) with traced values: an in-place write "
+                        "would detach the gradient; use the returned value")
+    arrays = tuple(arrays)
+    kwargs = {"axis": axis} if dtype is None else {"axis": axis, "dtype": dtype}
+    return apply(_stack, _stack_vjps(len(arrays)), arrays, kwargs)
+
+
+@_register(np.vstack)
+def _vstack_rule(tup, *, dtype=None, casting="same_kind"):
+    return _concatenate_rule([_at_least(a, 2) for a in tup], axis=0, dtype=dtype)
+
+
+@_register(np.hstack)
+def _hstack_rule(tup, *, dtype=None, casting="same_kind"):
+    arrays = [_at_least(a, 1) for a in tup]
+    axis = 0 if arrays and np.ndim(unbox(arrays[0])) == 1 else 1
+    return _concatenate_rule(arrays, axis=axis, dtype=dtype)
+
+
+# ------------------------------------------------------------------ selection
+
+def _where_vjp_x(g, ans, condition, x, y):
+    return unbroadcast(np.where(condition, g, np.zeros((), np.result_type(g))), np.shape(x))
+
+
+def _where_vjp_y(g, ans, condition, x, y):
+    return unbroadcast(np.where(condition, np.zeros((), np.result_type(g)), g), np.shape(y))
+
+
+@_register(np.where)
+def _where_rule(condition, x=None, y=None):
+    if x is None and y is None:
+        return np.where(unbox(condition))          # indices: a constant
+    return apply(np.where, (None, _where_vjp_x, _where_vjp_y), (condition, x, y))
+
+
+@_register(np.clip)
+def _clip_rule(a, a_min=None, a_max=None, out=None, *, min=None, max=None, **kwargs):
+    # clip = minimum(maximum(a, low), high): the same values as np.clip, and at a bound
+    # the cotangent is shared half and half, as np.maximum/np.minimum share it.
+    if out is not None:
+        raise TypeError("numpy.clip(..., out=...) with traced values: an in-place write "
+                        "would detach the gradient; use the returned value")
+    if kwargs:
+        raise NotImplementedError(f"dualbcast: numpy.clip on traced values does not support "
+                                  f"the keywords {sorted(kwargs)}")
+    low = a_min if min is None else min
+    high = a_max if max is None else max
+    if low is not None:
+        a = np.maximum(a, low)
+    if high is not None:
+        a = np.minimum(a, high)
+    return a
+
+
+CONSTANT_FUNCTIONS.update({
+    np.shape, np.ndim, np.size, np.result_type, np.argmax, np.argmin, np.argsort,
+    np.nonzero, np.flatnonzero, np.count_nonzero, np.isclose, np.allclose, np.array_equal,
+    np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.any, np.all, np.sign,
+    np.round, np.around, np.floor, np.ceil, np.isnan, np.isfinite, np.isinf, np.searchsorted,
+    np.iscomplexobj, np.isrealobj,
+})
