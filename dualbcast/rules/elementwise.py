@@ -2,6 +2,9 @@
 
 Each ``vjp(g, ans, *inputs)`` returns the cotangent at the broadcast shape; the
 ``elementwise`` wrapper sums it back to the input's own shape (``unbroadcast``).
+Inputs may be Python floats (a differentiated float argument stays one, so NumPy's weak
+scalar rules apply as they would untraced): local derivatives start from a NumPy call
+(``np.reciprocal``, not ``1.0 / x``) so that 0 gives inf, never ``ZeroDivisionError``.
 Conventions match the dual-number rules of the kernels (README, "Derivative
 conventions"): ``abs`` has derivative 0 at 0, ``maximum``/``minimum`` give half to each
 side at a tie, and a zero cotangent meeting an infinite local derivative gives 0, not nan.
@@ -55,26 +58,26 @@ elementwise(np.conjugate, lambda g, ans, x: g)       # real inputs only (complex
 elementwise(np.exp, lambda g, ans, x: g * ans)
 elementwise(np.exp2, lambda g, ans, x: g * ans * LN2)
 elementwise(np.expm1, lambda g, ans, x: g * (ans + 1.0))
-elementwise(np.log, lambda g, ans, x: nan_safe(g, 1.0 / x))
-elementwise(np.log2, lambda g, ans, x: nan_safe(g, 1.0 / (x * LN2)))
-elementwise(np.log10, lambda g, ans, x: nan_safe(g, 1.0 / (x * LN10)))
-elementwise(np.log1p, lambda g, ans, x: nan_safe(g, 1.0 / (1.0 + x)))
+elementwise(np.log, lambda g, ans, x: nan_safe(g, np.reciprocal(x)))
+elementwise(np.log2, lambda g, ans, x: nan_safe(g, np.reciprocal(x * LN2)))
+elementwise(np.log10, lambda g, ans, x: nan_safe(g, np.reciprocal(x * LN10)))
+elementwise(np.log1p, lambda g, ans, x: nan_safe(g, np.reciprocal(1.0 + x)))
 elementwise(np.sqrt, lambda g, ans, x: nan_safe(g, 0.5 / ans))
-elementwise(np.cbrt, lambda g, ans, x: nan_safe(g, 1.0 / (3.0 * ans * ans)))
+elementwise(np.cbrt, lambda g, ans, x: nan_safe(g, np.reciprocal(3.0 * ans * ans)))
 elementwise(np.square, lambda g, ans, x: g * 2.0 * x)
 elementwise(np.reciprocal, lambda g, ans, x: -g * ans * ans)
 elementwise(np.sin, lambda g, ans, x: g * np.cos(x))
 elementwise(np.cos, lambda g, ans, x: -g * np.sin(x))
 elementwise(np.tan, lambda g, ans, x: g * (1.0 + ans * ans))
-elementwise(np.arcsin, lambda g, ans, x: nan_safe(g, 1.0 / np.sqrt(1.0 - x * x)))
-elementwise(np.arccos, lambda g, ans, x: nan_safe(g, -1.0 / np.sqrt(1.0 - x * x)))
+elementwise(np.arcsin, lambda g, ans, x: nan_safe(g, np.reciprocal(np.sqrt(1.0 - x * x))))
+elementwise(np.arccos, lambda g, ans, x: nan_safe(g, -np.reciprocal(np.sqrt(1.0 - x * x))))
 elementwise(np.arctan, lambda g, ans, x: g / (1.0 + x * x))
 elementwise(np.sinh, lambda g, ans, x: g * np.cosh(x))
 elementwise(np.cosh, lambda g, ans, x: g * np.sinh(x))
 elementwise(np.tanh, lambda g, ans, x: g * (1.0 - ans * ans))
 elementwise(np.arcsinh, lambda g, ans, x: g / np.hypot(x, 1.0))
-elementwise(np.arccosh, lambda g, ans, x: nan_safe(g, 1.0 / np.sqrt((x - 1.0) * (x + 1.0))))
-elementwise(np.arctanh, lambda g, ans, x: nan_safe(g, 1.0 / ((1.0 - x) * (1.0 + x))))
+elementwise(np.arccosh, lambda g, ans, x: nan_safe(g, np.reciprocal(np.sqrt((x - 1.0) * (x + 1.0)))))
+elementwise(np.arctanh, lambda g, ans, x: nan_safe(g, np.reciprocal((1.0 - x) * (1.0 + x))))
 elementwise(np.absolute, lambda g, ans, x: g * np.sign(x))             # 0 at 0, as PyTorch
 elementwise(np.fabs, lambda g, ans, x: g * np.sign(x))
 elementwise(np.deg2rad, lambda g, ans, x: g * (np.pi / 180.0))

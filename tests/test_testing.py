@@ -1,0 +1,32 @@
+"""dualbcast.testing.check_grads: passes on correct rules, catches wrong ones."""
+import numpy as np
+import pytest
+
+import dualbcast as db
+from dualbcast.core.registry import UFUNC_VJPS
+from dualbcast.testing import check_grads
+
+
+def test_passes_on_correct_gradients_of_structured_functions():
+    x = np.linspace(0.1, 1.0, 4)
+    check_grads(lambda p, s: {"y": np.sin(p["x"]) * s, "z": [np.sum(p["x"] ** 3)]},
+                {"x": x}, 2.0)
+    check_grads(lambda x: np.exp(x) * 2.0, x.astype(np.float32))
+    check_grads(lambda x, n: x ** n, x, 3, argnums=0)
+
+
+def test_catches_a_wrong_rule(monkeypatch):
+    monkeypatch.setitem(UFUNC_VJPS, np.sin, (lambda g, ans, x: g * np.sin(x),))
+    with pytest.raises(AssertionError, match="central differences"):
+        check_grads(lambda x: np.sin(x), np.linspace(0.1, 1.0, 4))
+
+
+def test_catches_a_wrong_kernel_derivative(monkeypatch):
+    @db.fast_broadcast
+    def cube(x):
+        return x * x * x
+    real = cube.value_and_partials
+    monkeypatch.setattr(cube, "value_and_partials",
+                        lambda *a, wrt: (real(*a, wrt=wrt)[0], (real(*a, wrt=wrt)[1][0] * 1.01,)))
+    with pytest.raises(AssertionError):
+        check_grads(lambda x: cube(x), np.linspace(0.1, 1.0, 4))
