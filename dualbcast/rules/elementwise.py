@@ -16,9 +16,15 @@ from ..core.registry import CONSTANT_UFUNCS, UFUNC_VJPS
 LN2, LN10 = np.log(2.0), np.log(10.0)
 
 
+def shape_of(x):
+    """``np.shape`` for values on the tape (arrays, NumPy and Python scalars), ~10x
+    faster on scalars."""
+    return getattr(x, "shape", ())
+
+
 def unbroadcast(ct, shape):
     """Sum ``ct`` over the axes that broadcasting added to or stretched in ``shape``."""
-    ct_shape = np.shape(ct)
+    ct_shape = getattr(ct, "shape", ())
     if ct_shape == shape:
         return ct
     extra = len(ct_shape) - len(shape)
@@ -38,7 +44,10 @@ def nan_safe(g, local):
 
 def _reduced(vjp, position):
     def vjp_to_input_shape(g, ans, *inputs):
-        return unbroadcast(vjp(g, ans, *inputs), np.shape(inputs[position]))
+        ct = vjp(g, ans, *inputs)
+        if type(ct) is np.ndarray:
+            return unbroadcast(ct, shape_of(inputs[position]))
+        return ct                           # a scalar: the input was one too
     return vjp_to_input_shape
 
 
