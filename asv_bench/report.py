@@ -1,5 +1,7 @@
-"""Print the README's benchmark table: every workload and mode, dualbcast beside the
-hand-written ``numba.njit`` loop and NumPy, timed in this one process.
+"""Print the README's benchmark tables, every system timed in this one process:
+gradients of whole programs beside a hand-written ``numba.njit`` gradient, JAX, PyTorch
+and autograd (those installed), then each kernel mode beside hand-written Numba and
+NumPy.
 
     python asv_bench/report.py            # from the repository root
 """
@@ -11,6 +13,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchmarks.bench_kernels import MODES, best_time  # noqa: E402
+from benchmarks.gradients import CASES, SYSTEMS, make_call  # noqa: E402
 from benchmarks.workloads import SIZES, WORKLOADS, inputs  # noqa: E402
 
 
@@ -34,7 +37,26 @@ def first_call_seconds():
     return seconds
 
 
+def gradient_table():
+    names = {"dualbcast": "dualbcast", "numba": "numba.njit by hand", "jax": "JAX jit",
+             "torch": "PyTorch eager", "autograd": "autograd"}
+    print("| case | " + " | ".join(names[s] for s in SYSTEMS) + " | dualbcast / JAX |")
+    print("|---" * (len(SYSTEMS) + 2) + "|")
+    for case in CASES:
+        times = {}
+        for system in SYSTEMS:
+            try:
+                times[system] = best_time(make_call(case, system))
+            except NotImplementedError:
+                pass
+        cells = " | ".join(f"{times[s] * 1e6:.1f} µs" if s in times else "–" for s in SYSTEMS)
+        ratio = f"{times['dualbcast'] / times['jax']:.2f}" if "jax" in times else "–"
+        print(f"| {case} | {cells} | {ratio} |")
+
+
 def main():
+    gradient_table()
+    print()
     print("| workload | mode | N | dualbcast | numba.njit by hand | NumPy | dualbcast / numba |")
     print("|---|---|---|---|---|---|---|")
     for workload, make_calls in WORKLOADS.items():
