@@ -38,9 +38,12 @@ def check_grads(f, *args, argnums=None, directions=3, eps=None, rtol=None, atol=
     primals = [args[p] for p in positions]
     out, pullback = vjp(f_of_differentiated, *primals)
     leaves, trees = zip(*(flatten(p) for p in primals)) if primals else ((), ())
-    all_leaves = [leaf for group in leaves for leaf in group]
-    dtype = np.result_type(*all_leaves, np.float16) if all_leaves else np.dtype(np.float64)
-    step, default_rtol = _DEFAULTS.get(dtype, _DEFAULTS[np.dtype(np.float64)])
+    # The least precise differentiated leaf sets the step and the tolerance (a Python
+    # float is a float64).
+    settings = [_DEFAULTS.get(np.dtype(getattr(leaf, "dtype", np.float64)),
+                              _DEFAULTS[np.dtype(np.float64)])
+                for group in leaves for leaf in group]
+    step, default_rtol = max(settings, default=_DEFAULTS[np.dtype(np.float64)])
     eps = step if eps is None else eps
     rtol = default_rtol if rtol is None else rtol
     rng = np.random.default_rng(seed)

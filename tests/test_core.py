@@ -302,3 +302,42 @@ def test_box_attributes():
         assert "Box" in repr(x)
         return np.sum(x)
     db.grad(f)(np.ones((2, 3), np.float32))
+
+
+# --- regressions from the adversarial review ----------------------------------------------
+
+def test_vjp_outputs_are_read_only_and_primals_are_remembered():
+    x = np.array([0.0, 1.0])
+    y, pullback = db.vjp(np.exp, x)
+    with pytest.raises(ValueError, match="read-only"):
+        y[:] = 0.0
+    x += 1.0                                    # an optimiser step on the caller's array
+    np.testing.assert_allclose(pullback(np.ones(2))[0], np.exp([0.0, 1.0]))
+    t, _ = db.vjp(lambda x: x.T, x)
+    assert not np.shares_memory(t, x)
+
+
+def test_vjp_cotangent_dict_in_another_key_order_and_complex_rejected():
+    _, pullback = db.vjp(lambda x: {"a": x, "b": 2.0 * x}, np.ones(2))
+    (g,) = pullback({"b": np.ones(2), "a": np.zeros(2)})
+    np.testing.assert_array_equal(g, [2.0, 2.0])
+    with pytest.raises(TypeError, match="complex"):
+        pullback({"a": np.ones(2) * 1j, "b": np.ones(2)})
+
+
+def test_check_grads_uses_float64_settings_for_python_floats():
+    from dualbcast.core.registry import UFUNC_VJPS
+    from dualbcast.testing import check_grads
+    wrong = dict(UFUNC_VJPS)
+    try:
+        UFUNC_VJPS[np.power] = (lambda g, ans, x, y: g * 1.15 * y * x ** (y - 1), None)
+        with pytest.raises(AssertionError):
+            check_grads(lambda x: np.power(x, 3.0), 2.0)
+    finally:
+        UFUNC_VJPS.clear()
+        UFUNC_VJPS.update(wrong)
+    check_grads(lambda a, b: np.sum(a * b), np.ones(3, np.float32), np.ones(3))
+
+
+def test_formatting_a_traced_value():
+    assert db.grad(lambda x: (f"{x:.2f}" == "1.50") * x)(1.5) == 1.0

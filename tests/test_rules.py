@@ -325,3 +325,89 @@ def test_float32_stays_float32_through_mixed_programs():
     g = db.grad(lambda x: np.sum(np.tanh(x @ x.T) * 2.0) + x[0, 1] + np.max(x))(x)
     assert g.dtype == np.float32
     check_grads(lambda x: np.sum(np.tanh(x @ x.T) * 2.0) + x[0, 1] + np.max(x), x)
+
+
+# --- regressions from the adversarial review ----------------------------------------------
+
+def test_transpose_with_negative_axes():
+    x = RNG.standard_normal((2, 3, 4))
+    w = RNG.standard_normal((2, 4, 3))
+    g = db.grad(lambda x: np.sum(np.transpose(x, (0, -1, -2)) * w))(x)
+    np.testing.assert_array_equal(g, np.transpose(w, (0, 2, 1)))
+    g = db.grad(lambda x: np.sum(x.transpose(-3, 2, 1) * w))(x)
+    np.testing.assert_array_equal(g, np.transpose(w, (0, 2, 1)))
+
+
+@pytest.mark.parametrize("order", ["C", "F", "A", "K"])
+def test_ravel_and_reshape_orders_on_a_fortran_ordered_value(order):
+    x = RNG.standard_normal((2, 3))
+    w = np.arange(6.0)
+
+    def f(x, np=np):
+        return np.sum(np.ravel(x.T, order=order) * w)
+    np.testing.assert_array_equal(db.grad(f)(x), autograd.grad(lambda x: anp.sum(
+        np.ravel(x.T, order=order).__class__ and anp.ravel(x.T, order=order) * w))(x)
+        if order in "CF" else db.grad(f)(x))
+    if order != "K":
+        g = db.grad(lambda x: np.sum(np.reshape(x.T, 6, order=order) * w))(x)
+        np.testing.assert_array_equal(g.T.reshape(6, order=order if order != "A" else "F"), w)
+    check_grads(f, x)
+
+
+@pytest.mark.parametrize("index", [((0, 0),), ((0, 0, 2), slice(None)), ([0, 0], 1)], ids=repr)
+def test_repeated_positions_in_tuple_and_list_indices_add_up(index):
+    x = RNG.standard_normal((3, 2))
+    g = db.grad(lambda x: np.sum(x[index]))(x)
+    want = np.zeros_like(x)
+    np.add.at(want, index, 1.0)
+    np.testing.assert_array_equal(g, want)
+
+
+def test_a_constant_written_after_use_does_not_change_the_gradient():
+    def f(x):
+        buffer = np.array([1.0, 2.0, 3.0])
+        index = np.array([0, 1])
+        y = x * buffer
+        z = x[index]
+        buffer[:] = 10.0
+        index[:] = 2
+        return np.sum(y) + np.sum(z) + np.sum(x * buffer)
+    np.testing.assert_array_equal(db.grad(f)(np.ones(3)), [12.0, 13.0, 13.0])
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")   # 1 / 0, as NumPy
+def test_kernel_and_division_rules_are_nan_safe():
+    @db.fast_broadcast
+    def root(x):
+        return x ** 0.5
+    x = np.array([0.0, 4.0])
+    for f in (lambda x: np.sum(np.where(x > 0, root(x), 0.0)),
+              lambda x: np.sum(np.where(x > 0, np.sqrt(x), 0.0)),
+              lambda x: np.sum(np.where(x > 0, 1.0 / x, 0.0)) * -4.0,
+              lambda x: np.sum(np.where(x > 0, np.reciprocal(x), 0.0)) * -4.0):
+        np.testing.assert_array_equal(db.grad(f)(x), [0.0, 0.25])
+    np.testing.assert_array_equal(db.grad(lambda x: 0.0 * root.sum(x))(x), [0.0, 0.0])
+    np.testing.assert_array_equal(db.grad(lambda x: np.sum((x * np.array([1.0, np.inf]))[1:]))(
+        np.array([1.0, 1.0])), [0.0, np.inf])
+
+
+def test_integer_and_complex_result_dtypes():
+    x = np.array([1.5, 2.5])
+    for f in (lambda x: np.sum(x, dtype=int) * 1.0, lambda x: np.sum(np.cumsum(x, dtype=int)),
+              lambda x: np.sum(np.concatenate([x, x], dtype=int, casting="unsafe")) * 1.0):
+        np.testing.assert_array_equal(db.grad(lambda x: f(x) + np.sum(x))(x), [1.0, 1.0])
+    with pytest.raises(NotImplementedError, match="complex"):
+        db.grad(lambda x: np.sum(x.astype(complex)).real)(x)
+    g = db.grad(lambda x: np.sum(np.stack([x, x], dtype=np.float32)))(x)
+    np.testing.assert_array_equal(g, [2.0, 2.0])
+
+
+@pytest.mark.parametrize("shape,axis", [((0,), None), ((2, 0), 1), ((0, 3), 1)])
+def test_prod_over_empty_axes(shape, axis):
+    g = db.grad(lambda x: np.sum(np.prod(x, axis=axis)))(np.ones(shape))
+    np.testing.assert_array_equal(g, np.zeros(shape))
+
+
+def test_where_with_one_branch_is_a_value_error_like_numpy():
+    with pytest.raises(ValueError, match="both or neither"):
+        db.grad(lambda x: np.sum(np.where(x > 0, x)))(np.ones(2))

@@ -7,8 +7,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .box import Box
-from .pytree import describe, flatten, unflatten
+from .box import Box, snapshot
+from .pytree import describe, flatten, flatten_like, unflatten
 from .tape import Tape, backward
 
 _current = threading.local()       # the tape being recorded on this thread, if any
@@ -81,21 +81,29 @@ def vjp(f, *primals):
     array([1.    , 1.0806])
     """
     with _tracing(single_use=False) as tape:
-        traced_args, inputs = _trace_arguments(tape, primals, range(len(primals)))
+        # The pullback may run later, after the caller has updated the primals in place
+        # (an optimiser step): it must see them as they were.
+        traced_args, inputs = _trace_arguments(tape, primals, range(len(primals)),
+                                               copy_arrays=True)
         out = f(*traced_args)
     out_leaves, out_tree = flatten(out)
-    out_values = [leaf.value if type(leaf) is Box else leaf for leaf in out_leaves]
+    # Outputs the pullback relies on are handed out read-only.
+    out_values = [_read_only(leaf.value) if type(leaf) is Box else leaf for leaf in out_leaves]
 
     def pullback(cotangent):
         if getattr(_current, "tape", None) is not None:
             raise NotImplementedError("dualbcast: calling a vjp pullback inside grad/vjp "
                                       "(higher-order derivatives) is not supported")
-        ct_leaves, ct_tree = flatten(cotangent)
-        if ct_tree != out_tree:
-            raise ValueError(f"vjp pullback: the cotangent has structure {describe(ct_tree)} "
-                             f"but {_name(f)} returned {describe(out_tree)}")
+        try:
+            ct_leaves = flatten_like(cotangent, out_tree)
+        except ValueError:
+            raise ValueError(f"vjp pullback: the cotangent has structure "
+                             f"{describe(flatten(cotangent)[1])} but {_name(f)} returned "
+                             f"{describe(out_tree)}") from None
         seeds = []
         for out_leaf, value, ct in zip(out_leaves, out_values, ct_leaves):
+            if np.iscomplexobj(ct):
+                raise TypeError("vjp pullback: complex cotangents are not supported")
             if np.shape(ct) != np.shape(value):
                 raise ValueError(f"vjp pullback: a cotangent of shape {np.shape(ct)} for an "
                                  f"output of shape {np.shape(value)}")
@@ -107,6 +115,13 @@ def vjp(f, *primals):
     return unflatten(out_tree, out_values), pullback
 
 
+def _read_only(value):
+    if isinstance(value, np.ndarray):
+        value = value.view()
+        value.flags.writeable = False
+    return value
+
+
 def stop_gradient(x):
     """``x`` as a constant: its value (read-only for arrays), no gradient flows back.
     Works on nested structures; outside a traced function it returns ``x`` unchanged."""
@@ -115,13 +130,8 @@ def stop_gradient(x):
 
 
 def _constant(leaf):
-    if type(leaf) is not Box:
-        return leaf
-    value = leaf.value
-    if isinstance(value, np.ndarray):
-        value = value.view()
-        value.flags.writeable = False   # the tape still needs it unchanged
-    return value
+    # Read-only: the tape still needs the value unchanged.
+    return _read_only(leaf.value) if type(leaf) is Box else leaf
 
 
 # ---------------------------------------------------------------------- helpers
@@ -154,12 +164,14 @@ def _positions(argnums, nargs, f):
     return positions
 
 
-def _trace_arguments(tape, args, positions):
+def _trace_arguments(tape, args, positions, copy_arrays=False):
     """Box every leaf of the differentiated arguments; the others pass through."""
     traced = list(args)
     inputs = []
     for i in positions:
         leaves, tree = flatten(args[i])
+        if copy_arrays:
+            leaves = [snapshot(leaf) for leaf in leaves]
         boxes = [_new_leaf(tape, leaf, i) for leaf in leaves]
         traced[i] = unflatten(tree, boxes)
         inputs.append((boxes, tree))

@@ -50,7 +50,19 @@ def apply(func, vjps, args, kwargs=_NO_KWARGS):
     ans = func(*values, **kwargs)
     if not parents:
         return ans
-    return record(tape, ans, parents, argnums, vjps, tuple(values), kwargs)
+    saved = tuple(value if type(arg) is Box else snapshot(value)
+                  for arg, value in zip(args, values))
+    return record(tape, ans, parents, argnums, vjps, saved, kwargs)
+
+
+def snapshot(constant):
+    """What a record keeps of a constant argument for the backward pass: a writeable
+    array is copied, since the program may write into it later (a reused buffer) and
+    the gradient must use the value it had here.  Read-only arrays and scalars are
+    kept as they are."""
+    if type(constant) is np.ndarray and constant.flags.writeable:
+        return constant.copy()
+    return constant
 
 
 def record(tape, ans, parents, argnums, vjps, args, kwargs=_NO_KWARGS):
@@ -154,7 +166,13 @@ def _operator(ufunc, op, args):
         parents, argnums = (y.slot,), (1,)
     if tape.closed or None in vjps:
         return apply(op, vjps, args)              # the general path and its errors
-    return record(tape, op(*values), parents, argnums, vjps, values)
+    ans = op(*values)
+    if len(argnums) == 1:
+        constant = 1 - argnums[0]
+        if type(values[constant]) is np.ndarray:
+            values = (values[0], snapshot(values[1])) if constant else (snapshot(values[0]),
+                                                                         values[1])
+    return record(tape, ans, parents, argnums, vjps, values)
 
 
 def _operator_unary(ufunc, op, x):
@@ -177,8 +195,8 @@ def _in_place(name):
 
 def _detaching(what):
     def method(self, *args, **kwargs):
-        raise TypeError(f"{what} of a traced value would detach it from the gradient; call "
-                        f"dualbcast.stop_gradient(x) first if that is what you mean")
+        raise TypeError(f"{what} of a traced value would detach it from the gradient; "
+                        f"call dualbcast.stop_gradient(x) first if that is what you mean")
     return method
 
 
@@ -195,6 +213,9 @@ class Box:
 
     def __repr__(self):
         return f"Box({self.value!r})"
+
+    def __format__(self, spec):
+        return format(self.value, spec)         # printing a value detaches nothing
 
     # --------------------------------------------------------------- array protocol
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -213,7 +234,8 @@ class Box:
     def __array_function__(self, func, types, args, kwargs):
         return call_function(func, args, kwargs)
 
-    __array__ = _detaching("np.asarray()/np.array()")
+    __array__ = _detaching("Converting to a plain NumPy array (np.asarray, np.array, or a "
+                           "NumPy function without a gradient rule)")
     __float__ = _detaching("float()")
     __int__ = _detaching("int()")
     __index__ = _detaching("operator.index()")

@@ -4,7 +4,8 @@ Each ``vjp(g, ans, *inputs)`` returns the cotangent at the broadcast shape; the
 ``elementwise`` wrapper sums it back to the input's own shape (``unbroadcast``).
 Inputs may be Python floats (a differentiated float argument stays one, so NumPy's weak
 scalar rules apply as they would untraced): local derivatives start from a NumPy call
-(``np.reciprocal``, not ``1.0 / x``) so that 0 gives inf, never ``ZeroDivisionError``.
+(``np.divide(1.0, x)``, not ``1.0 / x``): 0 gives inf, never ``ZeroDivisionError``, and an
+integer constant divides as a float.
 Conventions match the dual-number rules of the kernels (README, "Derivative
 conventions"): ``abs`` has derivative 0 at 0, ``maximum``/``minimum`` give half to each
 side at a tie, and a zero cotangent meeting an infinite local derivative gives 0, not nan.
@@ -12,34 +13,9 @@ side at a tie, and a zero cotangent meeting an infinite local derivative gives 0
 import numpy as np
 
 from ..core.registry import CONSTANT_UFUNCS, UFUNC_VJPS
+from .common import nan_safe, shape_of, unbroadcast
 
 LN2, LN10 = np.log(2.0), np.log(10.0)
-
-
-def shape_of(x):
-    """``np.shape`` for values on the tape (arrays, NumPy and Python scalars), ~10x
-    faster on scalars."""
-    return getattr(x, "shape", ())
-
-
-def unbroadcast(ct, shape):
-    """Sum ``ct`` over the axes that broadcasting added to or stretched in ``shape``."""
-    ct_shape = getattr(ct, "shape", ())
-    if ct_shape == shape:
-        return ct
-    extra = len(ct_shape) - len(shape)
-    axes = tuple(range(extra)) + tuple(
-        extra + i for i, n in enumerate(shape) if n == 1 and ct_shape[extra + i] != 1)
-    ct = np.sum(ct, axis=axes)
-    return ct.reshape(shape) if np.shape(ct) != shape else ct
-
-
-def nan_safe(g, local):
-    """``g * local``, but 0 where ``g`` is 0 even if ``local`` is infinite or nan:
-    a value that does not influence the output contributes nothing (as the kernels'
-    dual numbers do)."""
-    product = g * local
-    return np.where(g == 0, np.zeros((), np.result_type(product)), product)
 
 
 def _reduced(vjp, position):
@@ -67,26 +43,27 @@ elementwise(np.conjugate, lambda g, ans, x: g)       # real inputs only (complex
 elementwise(np.exp, lambda g, ans, x: g * ans)
 elementwise(np.exp2, lambda g, ans, x: g * ans * LN2)
 elementwise(np.expm1, lambda g, ans, x: g * (ans + 1.0))
-elementwise(np.log, lambda g, ans, x: nan_safe(g, np.reciprocal(x)))
-elementwise(np.log2, lambda g, ans, x: nan_safe(g, np.reciprocal(x * LN2)))
-elementwise(np.log10, lambda g, ans, x: nan_safe(g, np.reciprocal(x * LN10)))
-elementwise(np.log1p, lambda g, ans, x: nan_safe(g, np.reciprocal(1.0 + x)))
+elementwise(np.log, lambda g, ans, x: nan_safe(g, np.divide(1.0, x)))
+elementwise(np.log2, lambda g, ans, x: nan_safe(g, np.divide(1.0, x * LN2)))
+elementwise(np.log10, lambda g, ans, x: nan_safe(g, np.divide(1.0, x * LN10)))
+elementwise(np.log1p, lambda g, ans, x: nan_safe(g, np.divide(1.0, 1.0 + x)))
 elementwise(np.sqrt, lambda g, ans, x: nan_safe(g, 0.5 / ans))
-elementwise(np.cbrt, lambda g, ans, x: nan_safe(g, np.reciprocal(3.0 * ans * ans)))
+elementwise(np.cbrt, lambda g, ans, x: nan_safe(g, np.divide(1.0, 3.0 * ans * ans)))
 elementwise(np.square, lambda g, ans, x: g * 2.0 * x)
-elementwise(np.reciprocal, lambda g, ans, x: -g * ans * ans)
+elementwise(np.reciprocal, lambda g, ans, x: nan_safe(-g, ans * ans))
 elementwise(np.sin, lambda g, ans, x: g * np.cos(x))
 elementwise(np.cos, lambda g, ans, x: -g * np.sin(x))
 elementwise(np.tan, lambda g, ans, x: g * (1.0 + ans * ans))
-elementwise(np.arcsin, lambda g, ans, x: nan_safe(g, np.reciprocal(np.sqrt(1.0 - x * x))))
-elementwise(np.arccos, lambda g, ans, x: nan_safe(g, -np.reciprocal(np.sqrt(1.0 - x * x))))
+elementwise(np.arcsin, lambda g, ans, x: nan_safe(g, np.divide(1.0, np.sqrt(1.0 - x * x))))
+elementwise(np.arccos, lambda g, ans, x: nan_safe(g, -np.divide(1.0, np.sqrt(1.0 - x * x))))
 elementwise(np.arctan, lambda g, ans, x: g / (1.0 + x * x))
 elementwise(np.sinh, lambda g, ans, x: g * np.cosh(x))
 elementwise(np.cosh, lambda g, ans, x: g * np.sinh(x))
 elementwise(np.tanh, lambda g, ans, x: g * (1.0 - ans * ans))
 elementwise(np.arcsinh, lambda g, ans, x: g / np.hypot(x, 1.0))
-elementwise(np.arccosh, lambda g, ans, x: nan_safe(g, np.reciprocal(np.sqrt((x - 1.0) * (x + 1.0)))))
-elementwise(np.arctanh, lambda g, ans, x: nan_safe(g, np.reciprocal((1.0 - x) * (1.0 + x))))
+elementwise(np.arccosh,
+            lambda g, ans, x: nan_safe(g, np.divide(1.0, np.sqrt((x - 1.0) * (x + 1.0)))))
+elementwise(np.arctanh, lambda g, ans, x: nan_safe(g, np.divide(1.0, (1.0 - x) * (1.0 + x))))
 elementwise(np.absolute, lambda g, ans, x: g * np.sign(x))             # 0 at 0, as PyTorch
 elementwise(np.fabs, lambda g, ans, x: g * np.sign(x))
 elementwise(np.deg2rad, lambda g, ans, x: g * (np.pi / 180.0))
@@ -94,8 +71,9 @@ elementwise(np.rad2deg, lambda g, ans, x: g * (180.0 / np.pi))
 
 elementwise(np.add, lambda g, ans, x, y: g, lambda g, ans, x, y: g)
 elementwise(np.subtract, lambda g, ans, x, y: g, lambda g, ans, x, y: -g)
-elementwise(np.multiply, lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x)
-elementwise(np.true_divide, lambda g, ans, x, y: g / y, lambda g, ans, x, y: -g * x / (y * y))
+elementwise(np.multiply, lambda g, ans, x, y: nan_safe(g, y), lambda g, ans, x, y: nan_safe(g, x))
+elementwise(np.true_divide, lambda g, ans, x, y: nan_safe(g, np.divide(1.0, y)),
+            lambda g, ans, x, y: nan_safe(-g, np.divide(x, y) / y))
 elementwise(np.power,
             # d/dx x**y: y * x**(y-1), 0 for y == 0 (never 0 * inf at x == 0).
             lambda g, ans, x, y: nan_safe(g, np.where(y == 0, 0.0, y * np.power(x, y - 1.0))),

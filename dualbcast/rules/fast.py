@@ -10,7 +10,7 @@ import numpy as np
 
 from ..core.box import Box, record, trace_inputs
 from ..kernel.tracing import hook
-from .elementwise import unbroadcast
+from .common import nan_safe, shape_of, unbroadcast
 
 
 def traced_call(kernel, args):
@@ -33,18 +33,20 @@ def traced_sum(kernel, args):
 
 def _map_vjp(partial, position, single_use):
     def vjp(g, ans, *args):
-        if single_use and type(partial) is np.ndarray and partial.shape == np.shape(g):
-            # Backward runs once: the partials buffer becomes the cotangent.
-            ct = np.multiply(partial, g, out=partial)
-        else:
-            ct = partial * g
-        return unbroadcast(ct, np.shape(args[position]))
+        # Backward runs once on a single-use tape: the partials buffer becomes the
+        # cotangent.  NaN-safe like every rule: a zero cotangent gives 0 even where the
+        # partial is infinite.
+        reuse = single_use and type(partial) is np.ndarray and partial.shape == shape_of(g)
+        ct = nan_safe(g, partial, out=partial if reuse else None)
+        return unbroadcast(ct, shape_of(args[position]))
     return vjp
 
 
 def _sum_vjp(gradient, single_use):
     # gradient is d(sum)/d(argument) at the argument's shape; g is a scalar.
     def vjp(g, ans, *args):
+        if g == 0:                      # NaN-safe: no influence, no gradient
+            return np.zeros(shape_of(gradient), np.result_type(gradient))[()]
         if not single_use or type(gradient) is not np.ndarray:
             return gradient * g         # a pullback may run again: keep the buffer intact
         if g != 1:

@@ -3,7 +3,7 @@ import numpy as np
 
 from ..core.box import apply
 from ..core.registry import FUNCTION_RULES, UFUNC_VJPS
-from .elementwise import unbroadcast
+from .common import no_out, unbroadcast
 
 
 def _as_matrices(g, a, b):
@@ -34,9 +34,7 @@ UFUNC_VJPS[np.matmul] = (_matmul_vjp_a, _matmul_vjp_b)
 
 
 def _dot_rule(a, b, out=None):
-    if out is not None:
-        raise TypeError("numpy.dot(..., out=...) with traced values: an in-place write "
-                        "would detach the gradient; use the returned value")
+    no_out("dot", out)
     if np.ndim(a) == 0 or np.ndim(b) == 0:
         return np.multiply(a, b)
     if np.ndim(a) > 2 or np.ndim(b) > 2:
@@ -54,9 +52,7 @@ def _outer_vjp_b(g, ans, a, b):
 
 
 def _outer_rule(a, b, out=None):
-    if out is not None:
-        raise TypeError("numpy.outer(..., out=...) with traced values: an in-place write "
-                        "would detach the gradient; use the returned value")
+    no_out("outer", out)
     return apply(np.outer, (_outer_vjp_a, _outer_vjp_b), (a, b))
 
 

@@ -1,14 +1,13 @@
 """VJPs of reductions and scans: sum, mean, prod, max, min, var, std, cumsum."""
 import numpy as np
 
-from ..core.box import apply
+from ..core.box import apply, unbox
 from ..core.registry import FUNCTION_RULES
+from .common import constant_dtype, no_out
 
 
 def _reject(name, out=None, **unsupported):
-    if out is not None:
-        raise TypeError(f"numpy.{name}(..., out=...) with traced values: an in-place write "
-                        f"would detach the gradient; use the returned value")
+    no_out(name, out)
     unsupported = {k: v for k, v in unsupported.items() if v is not None}
     if unsupported:
         raise NotImplementedError(f"dualbcast: numpy.{name} on traced values does not "
@@ -45,6 +44,8 @@ def _prod_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
     # The product of all the *other* elements, from exclusive cumulative products from
     # both ends: correct with zeros in x, where ans / x is not.
     x = np.asarray(x)
+    if x.size == 0:
+        return np.zeros(x.shape, np.result_type(g, x))    # nothing to differentiate
     axes = _axes(axis, x.ndim)
     kept = [a for a in range(x.ndim) if a not in axes]
     moved = np.transpose(x, kept + list(axes))
@@ -80,6 +81,8 @@ def _reduction(func, vjp, *, dtype_kw=True):
         kwargs = {"axis": axis, "keepdims": keepdims}
         if dtype is not None:
             kwargs["dtype"] = dtype
+        if constant_dtype(name, dtype):
+            return func(unbox(a), **kwargs)
         return apply(func, (vjp,), (a,), kwargs)
 
     def rule_without_dtype(a, axis=None, out=None, keepdims=False, **unsupported):
@@ -98,6 +101,8 @@ for _f in (np.max, np.amax, np.min, np.amin):
 def _cumsum_rule(a, axis=None, dtype=None, out=None):
     _reject("cumsum", out)
     kwargs = {"axis": axis} if dtype is None else {"axis": axis, "dtype": dtype}
+    if constant_dtype("cumsum", dtype):
+        return np.cumsum(unbox(a), **kwargs)
     return apply(np.cumsum, (_cumsum_vjp,), (a,), kwargs)
 
 

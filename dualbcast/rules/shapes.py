@@ -6,10 +6,10 @@ import operator
 
 import numpy as np
 
-from ..core.box import Box, apply, unbox
+from ..core.box import Box, apply, snapshot, unbox
 from ..core.registry import CONSTANT_FUNCTIONS, FUNCTION_RULES
 from ..core.tape import SparseCotangent
-from .elementwise import unbroadcast
+from .common import constant_dtype, no_out, unbroadcast
 
 
 def _register(func):
@@ -30,25 +30,43 @@ def _to_shape_of(g, ans, a, *args, **kwargs):
     return np.reshape(g, np.shape(a))
 
 
-def _reshape(a, shape=None, order="C", *, newshape=None, copy=None):
+def _memory_order(a, order):
+    # "A" and "K" mean "as laid out in memory": resolve them against the forward value
+    # (the cotangent's own layout is unrelated), so the backward reshape undoes it.
+    if order in ("A", "K"):
+        flags = np.asarray(a).flags
+        if flags.f_contiguous and not flags.c_contiguous:
+            return "F"
+        if order == "K" and not flags.c_contiguous and np.ndim(a) > 1:
+            raise NotImplementedError("dualbcast: order='K' of a traced array that is "
+                                      "neither C- nor Fortran-contiguous has no gradient rule")
+        return "C"
+    return order
+
+
+def _reshape_rule(a, shape=None, order="C", *, newshape=None, copy=None):
     shape = newshape if shape is None else shape
-    return np.reshape(a, shape, order=order)
+    order = _memory_order(unbox(a), order)
+    return apply(np.reshape, (_reshape_vjp,), (a, shape), {"order": order})
 
 
-def _reshape_vjp(g, ans, a, shape=None, order="C", *, newshape=None, copy=None):
+def _reshape_vjp(g, ans, a, shape=None, order="C"):
     return np.reshape(g, np.shape(a), order=order)
 
 
-def _ravel_vjp(g, ans, a, order="C"):
-    return np.reshape(g, np.shape(a), order=order)
+def _ravel_rule(a, order="C"):
+    order = _memory_order(unbox(a), order)
+    return apply(np.ravel, (_reshape_vjp,), (a,), {"order": order})
 
 
 def _transpose_vjp(g, ans, a, axes=None):
-    return np.transpose(g) if axes is None else np.transpose(g, np.argsort(axes))
+    if axes is None:
+        return np.transpose(g)
+    return np.transpose(g, np.argsort([axis % np.ndim(a) for axis in axes]))
 
 
-FUNCTION_RULES[np.reshape] = _linear(_reshape, _reshape_vjp)
-FUNCTION_RULES[np.ravel] = _linear(np.ravel, _ravel_vjp)
+FUNCTION_RULES[np.reshape] = _reshape_rule
+FUNCTION_RULES[np.ravel] = _ravel_rule
 FUNCTION_RULES[np.transpose] = _linear(np.transpose, _transpose_vjp)
 FUNCTION_RULES[np.swapaxes] = _linear(
     np.swapaxes, lambda g, ans, a, axis1, axis2: np.swapaxes(g, axis1, axis2))
@@ -63,7 +81,7 @@ FUNCTION_RULES[np.atleast_2d] = lambda *arrays: _atleast(arrays, 2)
 
 
 def _atleast(arrays, ndim):
-    out = [_at_least(a, ndim) for a in arrays]
+    out = tuple(_at_least(a, ndim) for a in arrays)
     return out[0] if len(out) == 1 else out
 
 
@@ -82,8 +100,12 @@ def _copy(a, order="K", subok=False):
 
 @_register(np.ndarray.astype)
 def _astype(a, dtype, order="K", casting="unsafe", subok=True, copy=True):
-    if np.dtype(dtype).kind != "f":
+    kind = np.dtype(dtype).kind
+    if kind in "iub":
         return np.asarray(unbox(a)).astype(dtype)[()]     # an int or bool: a constant
+    if kind != "f":
+        raise NotImplementedError(f"dualbcast: casting a traced value to {np.dtype(dtype)} "
+                                  f"has no gradient rule (only float dtypes are traced)")
     # The cotangent keeps flowing in the wider dtype; gradients are cast to each
     # argument's dtype when they are handed back.
     return apply(_cast, (lambda g, ans, a, dtype: g,), (a, dtype))
@@ -101,6 +123,8 @@ def _getitem(a, index):
     if any(type(p) is Box for p in parts):
         raise TypeError("indexing with a traced value: indices are integers or booleans, "
                         "which are never differentiated; use db.stop_gradient(i) or an int")
+    if type(index) is tuple:            # index arrays are saved for the backward pass
+        index = tuple(snapshot(part) for part in index)
     return apply(operator.getitem, (_getitem_vjp, None), (a, index))
 
 
@@ -110,25 +134,21 @@ def _getitem_vjp(g, ans, a, index):
 
 
 def _has_integer_array(index):
-    # Integer-array indices may repeat a position; their contributions must add up.
+    # Anything but ints, slices, None, Ellipsis and boolean arrays (integer arrays,
+    # lists, nested tuples) is an advanced index that may repeat a position: those
+    # contributions must add up (np.add.at), not overwrite each other.
     for part in (index if type(index) is tuple else (index,)):
-        if isinstance(part, (list, np.ndarray)) and np.asarray(part).dtype.kind != "b":
-            return True
+        if part is None or part is Ellipsis or isinstance(part, (int, np.integer, slice)):
+            continue
+        if isinstance(part, np.ndarray) and part.dtype.kind == "b":
+            continue
+        return True
     return False
 
 
 # ------------------------------------------------------------------ joining
 
-@functools.lru_cache(maxsize=None)
-def _concatenate_vjps(n):
-    return tuple(functools.partial(_concatenate_vjp, i) for i in range(n))
-
-
-def _concatenate(*arrays, axis=0):
-    return np.concatenate(arrays, axis=axis)
-
-
-def _concatenate_vjp(i, g, ans, *arrays, axis=0):
+def _concatenate_vjp(i, g, ans, *arrays, axis=0, **_):
     if axis is None:
         start = sum(np.size(a) for a in arrays[:i])
         return g[start:start + np.size(arrays[i])].reshape(np.shape(arrays[i]))
@@ -138,49 +158,48 @@ def _concatenate_vjp(i, g, ans, *arrays, axis=0):
     return g[window]
 
 
-@_register(np.concatenate)
-def _concatenate_rule(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
-    if out is not None:
-        raise TypeError("numpy.concatenate(..., out=...) with traced values: an in-place "
-                        "write would detach the gradient; use the returned value")
-    arrays = tuple(arrays)
-    kwargs = {"axis": axis} if dtype is None else {"axis": axis, "dtype": dtype}
-    return apply(_concatenate, _concatenate_vjps(len(arrays)), arrays, kwargs)
-
-
-@functools.lru_cache(maxsize=None)
-def _stack_vjps(n):
-    return tuple(functools.partial(_stack_vjp, i) for i in range(n))
-
-
-def _stack(*arrays, axis=0):
-    return np.stack(arrays, axis=axis)
-
-
-def _stack_vjp(i, g, ans, *arrays, axis=0):
+def _stack_vjp(i, g, ans, *arrays, axis=0, **_):
     return g[(slice(None),) * (axis % np.ndim(ans)) + (i,)]
 
 
-@_register(np.stack)
-def _stack_rule(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
-    if out is not None:
-        raise TypeError("numpy.stack(..., out=...) with traced values: an in-place write "
-                        "would detach the gradient; use the returned value")
-    arrays = tuple(arrays)
-    kwargs = {"axis": axis} if dtype is None else {"axis": axis, "dtype": dtype}
-    return apply(_stack, _stack_vjps(len(arrays)), arrays, kwargs)
+def _joining(join, vjp):
+    """The rule of ``join(arrays, axis, dtype, casting)``: a record with one traced
+    input per array, whose cotangent is its slice of the output's."""
+    name = join.__name__
+
+    @functools.lru_cache(maxsize=None)
+    def vjps(n):
+        return tuple(functools.partial(vjp, i) for i in range(n))
+
+    def joined(*arrays, **kwargs):
+        return join(arrays, **kwargs)
+
+    def rule(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+        no_out(name, out)
+        arrays = tuple(arrays)
+        kwargs = {"axis": axis, "dtype": dtype, "casting": casting}
+        if constant_dtype(name, dtype):
+            return join([unbox(a) for a in arrays], **kwargs)
+        return apply(joined, vjps(len(arrays)), arrays, kwargs)
+    FUNCTION_RULES[join] = rule
+    return rule
+
+
+_concatenate_rule = _joining(np.concatenate, _concatenate_vjp)
+_joining(np.stack, _stack_vjp)
 
 
 @_register(np.vstack)
 def _vstack_rule(tup, *, dtype=None, casting="same_kind"):
-    return _concatenate_rule([_at_least(a, 2) for a in tup], axis=0, dtype=dtype)
+    return _concatenate_rule([_at_least(a, 2) for a in tup], axis=0, dtype=dtype,
+                             casting=casting)
 
 
 @_register(np.hstack)
 def _hstack_rule(tup, *, dtype=None, casting="same_kind"):
     arrays = [_at_least(a, 1) for a in tup]
     axis = 0 if arrays and np.ndim(unbox(arrays[0])) == 1 else 1
-    return _concatenate_rule(arrays, axis=axis, dtype=dtype)
+    return _concatenate_rule(arrays, axis=axis, dtype=dtype, casting=casting)
 
 
 # ------------------------------------------------------------------ selection
@@ -197,6 +216,8 @@ def _where_vjp_y(g, ans, condition, x, y):
 def _where_rule(condition, x=None, y=None):
     if x is None and y is None:
         return np.where(unbox(condition))          # indices: a constant
+    if x is None or y is None:
+        raise ValueError("either both or neither of x and y should be given")
     return apply(np.where, (None, _where_vjp_x, _where_vjp_y), (condition, x, y))
 
 
@@ -204,9 +225,7 @@ def _where_rule(condition, x=None, y=None):
 def _clip_rule(a, a_min=None, a_max=None, out=None, *, min=None, max=None, **kwargs):
     # clip = minimum(maximum(a, low), high): the same values as np.clip, and at a bound
     # the cotangent is shared half and half, as np.maximum/np.minimum share it.
-    if out is not None:
-        raise TypeError("numpy.clip(..., out=...) with traced values: an in-place write "
-                        "would detach the gradient; use the returned value")
+    no_out("clip", out)
     if kwargs:
         raise NotImplementedError(f"dualbcast: numpy.clip on traced values does not support "
                                   f"the keywords {sorted(kwargs)}")
