@@ -74,9 +74,17 @@ elementwise(np.subtract, lambda g, ans, x, y: g, lambda g, ans, x, y: -g)
 elementwise(np.multiply, lambda g, ans, x, y: nan_safe(g, y), lambda g, ans, x, y: nan_safe(g, x))
 elementwise(np.true_divide, lambda g, ans, x, y: nan_safe(g, np.divide(1.0, y)),
             lambda g, ans, x, y: nan_safe(-g, np.divide(x, y) / y))
+def _power_dx(g, ans, x, y):
+    # d/dx x**y: y * x**(y-1), 0 for y == 0 (never 0 * inf at x == 0).  A scalar
+    # exponent (x ** 2, the common case) needs no np.where.
+    if isinstance(y, (int, float, np.number)):
+        local = y * np.power(x, y - 1.0) if y != 0 else np.zeros_like(np.multiply(x, 0.0))
+        return nan_safe(g, local)
+    return nan_safe(g, np.where(y == 0, 0.0, y * np.power(x, y - 1.0)))
+
+
 elementwise(np.power,
-            # d/dx x**y: y * x**(y-1), 0 for y == 0 (never 0 * inf at x == 0).
-            lambda g, ans, x, y: nan_safe(g, np.where(y == 0, 0.0, y * np.power(x, y - 1.0))),
+            _power_dx,
             # d/dy x**y: log(x) * x**y, 0 at x == 0 (JAX's limit), nan for x < 0.
             lambda g, ans, x, y: nan_safe(g, np.where(x == 0, 0.0, ans * np.log(
                 np.where(x == 0, 1.0, x)))))
