@@ -64,7 +64,8 @@ def main():
             for n in SIZES:
                 calls = make_calls(inputs(n))[mode]
                 times = {system: best_time(call) for system, call in calls.items()}
-                cells = " | ".join(f"{times[s] * 1e6:.1f} µs" for s in ("dualbcast", "numba", "numpy"))
+                cells = " | ".join(f"{times[s] * 1e6:.1f} µs"
+                                   for s in ("dualbcast", "numba", "numpy"))
                 print(f"| {workload} | {mode} | {n:.0e} | {cells} | "
                       f"{times['dualbcast'] / times['numba']:.2f} |")
     print()

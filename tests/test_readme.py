@@ -2,8 +2,6 @@
 import pathlib
 import re
 
-import pytest
-
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
 

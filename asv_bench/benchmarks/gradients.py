@@ -67,7 +67,8 @@ def eam(system, n):
         return lambda: eam_numba(x)
     if system == "jax":
         jax = _peer("jax")
-        f = jax.jit(jax.value_and_grad(lambda x: embed(jax.numpy.sum(jax.numpy.exp(-3.0 * (x + 1.0))))))
+        jnp = jax.numpy
+        f = jax.jit(jax.value_and_grad(lambda x: embed(jnp.sum(jnp.exp(-3.0 * (x + 1.0))))))
         xj = jax.numpy.asarray(x)
         return lambda: jax.block_until_ready(f(xj))
     if system == "torch":

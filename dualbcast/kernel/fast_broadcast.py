@@ -11,7 +11,7 @@ from numba.core.errors import NumbaError
 from numba.extending import typeof_impl
 
 from ..dual import DualType
-from .arguments import ARRAY, plan_call
+from .arguments import plan_call
 from .loops import ACCUMULATE, REGISTER, STORE, LoopSpec, compile_loop
 from .tracing import hook, traced
 
