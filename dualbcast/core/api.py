@@ -54,11 +54,11 @@ def value_and_grad(f, argnums=0):
     >>> db.value_and_grad(lambda x, a: a * np.sum(x), argnums=(0, 1))(np.ones(2), 3.0)
     (np.float64(6.0), (array([3., 3.]), 2.0))
     """
-    single = _check_argnums(argnums)
+    single, requested = _check_argnums(argnums)
 
     @functools.wraps(f)
     def value_and_grad_f(*args, **kwargs):
-        positions = _positions(argnums, len(args), f)
+        positions = _positions(requested, argnums, len(args), f)
         with _tracing(single_use=True) as tape:
             traced_args, inputs = _trace_arguments(tape, args, positions)
             out = f(*traced_args, **kwargs)
@@ -141,17 +141,19 @@ def _name(f):
 
 
 def _check_argnums(argnums):
+    """``(single, requested)``: whether ``argnums`` is one int, and the ints as a tuple."""
     single = not isinstance(argnums, (tuple, list))
-    for i in ((argnums,) if single else argnums):
+    requested = (argnums,) if single else tuple(argnums)
+    for i in requested:
         if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
             raise TypeError(f"argnums must be an int or a tuple of ints, not {argnums!r}")
-    if not single and len(set(argnums)) != len(argnums):
+    if len(set(requested)) != len(requested):
         raise ValueError(f"argnums={argnums!r} repeats an argument")
-    return single
+    return single, requested
 
 
-def _positions(argnums, nargs, f):
-    requested = (argnums,) if not isinstance(argnums, (tuple, list)) else argnums
+def _positions(requested, argnums, nargs, f):
+    """The ``requested`` argument numbers as positions among ``nargs`` arguments."""
     positions = []
     for i in requested:
         i = operator.index(i)

@@ -150,29 +150,24 @@ def _operator(ufunc, op, args):
     x, y = args
     # The hot path of scalar code (the fold of the control-flow seed): ``apply``
     # unrolled for two arguments of which one or both are traced.
+    # ``saved``: what the record keeps for the backward pass (constants snapshotted).
     if type(x) is Box:
         tape = x.tape
         if type(y) is Box:
             if y.tape is not tape:
                 return apply(op, vjps, args)      # raises the mixed-traces error
-            values = (x.value, y.value)
+            values = saved = (x.value, y.value)
             parents, argnums = (x.slot, y.slot), (0, 1)
         else:
-            values = (x.value, y)
+            values, saved = (x.value, y), (x.value, snapshot(y))
             parents, argnums = (x.slot,), (0,)
     else:
         tape = y.tape
-        values = (x, y.value)
+        values, saved = (x, y.value), (snapshot(x), y.value)
         parents, argnums = (y.slot,), (1,)
     if tape.closed or None in vjps:
         return apply(op, vjps, args)              # the general path and its errors
-    ans = op(*values)
-    if len(argnums) == 1:
-        constant = 1 - argnums[0]
-        if type(values[constant]) is np.ndarray:
-            values = (values[0], snapshot(values[1])) if constant else (snapshot(values[0]),
-                                                                         values[1])
-    return record(tape, ans, parents, argnums, vjps, values)
+    return record(tape, op(*values), parents, argnums, vjps, saved)
 
 
 def _operator_unary(ufunc, op, x):

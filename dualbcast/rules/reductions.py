@@ -73,9 +73,10 @@ def _cumsum_vjp(g, ans, x, axis=None, dtype=None):
     return np.flip(np.cumsum(np.flip(g, axis), axis), axis)
 
 
-def _reduction(func, vjp, *, dtype_kw=True):
+def _reduction(func, vjp):
     name = func.__name__
 
+    # NumPy itself rejects dtype= for max and min before dispatching here.
     def rule(a, axis=None, dtype=None, out=None, keepdims=False, **unsupported):
         _reject(name, out, **unsupported)
         kwargs = {"axis": axis, "keepdims": keepdims}
@@ -84,18 +85,14 @@ def _reduction(func, vjp, *, dtype_kw=True):
         if constant_dtype(name, dtype):
             return func(unbox(a), **kwargs)
         return apply(func, (vjp,), (a,), kwargs)
-
-    def rule_without_dtype(a, axis=None, out=None, keepdims=False, **unsupported):
-        _reject(name, out, **unsupported)
-        return apply(func, (vjp,), (a,), {"axis": axis, "keepdims": keepdims})
-    FUNCTION_RULES[func] = rule if dtype_kw else rule_without_dtype
+    FUNCTION_RULES[func] = rule
 
 
 _reduction(np.sum, _sum_vjp)
 _reduction(np.mean, _mean_vjp)
 _reduction(np.prod, _prod_vjp)
 for _f in (np.max, np.amax, np.min, np.amin):
-    _reduction(_f, _extremum_vjp, dtype_kw=False)
+    _reduction(_f, _extremum_vjp)
 
 
 def _cumsum_rule(a, axis=None, dtype=None, out=None):
