@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "asv_bench"))
+from benchmarks.gradients import CASES, make_call  # noqa: E402
 from benchmarks.workloads import WORKLOADS, inputs  # noqa: E402
 
 
@@ -26,3 +27,16 @@ def test_systems_agree(workload, mode):
     for system in ("numba", "numpy"):
         for a, b in zip(_flatten(ours), _flatten(calls[system]())):
             np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c.endswith(("1e6", "1e7"))])
+@pytest.mark.parametrize("peer", ["numba", "autograd"])
+def test_gradient_cases_agree(case, peer):
+    try:
+        value, grad = make_call(case, peer)()
+    except NotImplementedError:
+        pytest.skip(f"{peer} has no version of {case}")
+    our_value, our_grad = make_call(case, "dualbcast")()
+    np.testing.assert_allclose(our_value, value, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(our_grad, np.float64), np.asarray(grad, np.float64),
+                               rtol=1e-12)

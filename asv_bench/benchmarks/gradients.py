@@ -8,12 +8,15 @@ Each case builds a zero-argument callable returning the value and the gradient, 
 that the asv benchmarks and ``asv_bench/report.py`` time exactly the same code.
 """
 import importlib
-import math
 
 import numba
 import numpy as np
 
 import dualbcast as db
+
+# The kernels, coefficients and fused Numba loops of the kernel benchmarks.
+from .workloads import (COEFFS, LIVE, poly9, poly9_sum_and_partials_numba, rho,
+                        rho_sum_and_partials_numba)
 
 SYSTEMS = ("dualbcast", "numba", "jax", "torch", "autograd")
 PEERS = SYSTEMS[1:]
@@ -29,16 +32,27 @@ def _peer(name):
     return module
 
 
+def _jax_value_and_grad(jax, f, *args):
+    """``jit(value_and_grad(f))`` called on ``args``, waiting for the result."""
+    f = jax.jit(jax.value_and_grad(f))
+    return lambda: jax.block_until_ready(f(*args))
+
+
+def _torch_value_and_grad(torch, f, leaf):
+    """PyTorch eager: a fresh leaf tensor requiring grad, ``f`` on it, backward."""
+    def call():
+        x = leaf.detach().requires_grad_(True)
+        value = f(x)
+        value.backward()
+        return value, x.grad
+    return call
+
+
 def _inputs(n, seed=0):
     return np.random.default_rng(seed).uniform(-0.5, 1.0, n)
 
 
 # --- EAM: E = p^2 + p^3 + p^4/4, p = sum(exp(-3 (x + 1))) --------------------------------
-
-@db.fast_broadcast
-def rho(r):
-    return math.exp(-3.0 * (r + 1.0))
-
 
 def embed(p):
     return p ** 2 + p ** 3 + 0.25 * p ** 4
@@ -46,12 +60,7 @@ def embed(p):
 
 @numba.njit
 def eam_numba(x):
-    grad = np.empty_like(x)
-    p = 0.0
-    for i in range(x.size):
-        e = math.exp(-3.0 * (x[i] + 1.0))
-        p += e
-        grad[i] = -3.0 * e
+    p, grad = rho_sum_and_partials_numba(x)
     de = 2.0 * p + 3.0 * p ** 2 + p ** 3
     for i in range(x.size):
         grad[i] *= de
@@ -68,19 +77,12 @@ def eam(system, n):
     if system == "jax":
         jax = _peer("jax")
         jnp = jax.numpy
-        f = jax.jit(jax.value_and_grad(lambda x: embed(jnp.sum(jnp.exp(-3.0 * (x + 1.0))))))
-        xj = jax.numpy.asarray(x)
-        return lambda: jax.block_until_ready(f(xj))
+        return _jax_value_and_grad(jax, lambda x: embed(jnp.sum(jnp.exp(-3.0 * (x + 1.0)))),
+                                   jnp.asarray(x))
     if system == "torch":
         torch = _peer("torch")
-        xt = torch.from_numpy(x)
-
-        def call():
-            x = xt.detach().requires_grad_(True)
-            e = embed(torch.exp(-3.0 * (x + 1.0)).sum())
-            e.backward()
-            return e, x.grad
-        return call
+        return _torch_value_and_grad(
+            torch, lambda x: embed(torch.exp(-3.0 * (x + 1.0)).sum()), torch.from_numpy(x))
     if system == "autograd":
         autograd = _peer("autograd")
         anp = importlib.import_module("autograd.numpy")
@@ -91,64 +93,36 @@ def eam(system, n):
 
 # --- the 9th-order polynomial, one coefficient of ten differentiated ---------------------
 
-@db.fast_broadcast
-def poly9(x, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9):
-    return (c0 + c1 * x + c2 * x ** 2 + c3 * x ** 3 + c4 * x ** 4 + c5 * x ** 5
-            + c6 * x ** 6 + c7 * x ** 7 + c8 * x ** 8 + c9 * x ** 9)
-
-
-COEFFS = tuple(float(c) for c in np.linspace(0.3, 1.2, 10))
-
-
-def poly9_generic(x, c2, np):
-    c = COEFFS[:2] + (c2,) + COEFFS[3:]
+def poly9_generic(x, live, np):
+    c = COEFFS[:LIVE] + (live,) + COEFFS[LIVE + 1:]
     return np.sum(c[0] + c[1] * x + c[2] * x ** 2 + c[3] * x ** 3 + c[4] * x ** 4
                   + c[5] * x ** 5 + c[6] * x ** 6 + c[7] * x ** 7 + c[8] * x ** 8
                   + c[9] * x ** 9)
 
 
-@numba.njit
-def poly9_numba(x, c):
-    total = 0.0
-    grad = 0.0
-    for i in range(x.size):
-        xi = x[i]
-        total += (c[0] + c[1] * xi + c[2] * xi ** 2 + c[3] * xi ** 3 + c[4] * xi ** 4
-                  + c[5] * xi ** 5 + c[6] * xi ** 6 + c[7] * xi ** 7 + c[8] * xi ** 8
-                  + c[9] * xi ** 9)
-        grad += xi ** 2
-    return total, grad
-
-
 def poly9_one_live(system, n):
     x = _inputs(n)
-    c2 = COEFFS[2]
+    live = COEFFS[LIVE]
     if system == "dualbcast":
-        f = db.value_and_grad(lambda c2: poly9.sum(x, *COEFFS[:2], c2, *COEFFS[3:]))
-        return lambda: f(c2)
+        f = db.value_and_grad(lambda c: poly9.sum(x, *COEFFS[:LIVE], c, *COEFFS[LIVE + 1:]))
+        return lambda: f(live)
     if system == "numba":
         c = np.array(COEFFS)
-        return lambda: poly9_numba(x, c)
+        return lambda: poly9_sum_and_partials_numba(x, c)
     if system == "jax":
         jax = _peer("jax")
-        f = jax.jit(jax.value_and_grad(lambda c2, x: poly9_generic(x, c2, jax.numpy)))
-        xj = jax.numpy.asarray(x)
-        return lambda: jax.block_until_ready(f(c2, xj))
+        return _jax_value_and_grad(jax, lambda c, x: poly9_generic(x, c, jax.numpy), live,
+                                   jax.numpy.asarray(x))
     if system == "torch":
         torch = _peer("torch")
         xt = torch.from_numpy(x)
-
-        def call():
-            c = torch.tensor(c2, dtype=torch.float64, requires_grad=True)
-            value = poly9_generic(xt, c, torch)
-            value.backward()
-            return value, c.grad
-        return call
+        return _torch_value_and_grad(torch, lambda c: poly9_generic(xt, c, torch),
+                                     torch.tensor(live, dtype=torch.float64))
     if system == "autograd":
         autograd = _peer("autograd")
         anp = importlib.import_module("autograd.numpy")
-        f = autograd.value_and_grad(lambda c2: poly9_generic(x, c2, anp))
-        return lambda: f(c2)
+        f = autograd.value_and_grad(lambda c: poly9_generic(x, c, anp))
+        return lambda: f(live)
     raise NotImplementedError(system)
 
 
@@ -169,19 +143,12 @@ def constant_touch(system, n):
         return lambda: touch_numba(c, p)
     if system == "jax":
         jax = _peer("jax")
-        f = jax.jit(jax.value_and_grad(lambda p, c: c[1] * p))
-        cj = jax.numpy.asarray(c)
-        return lambda: jax.block_until_ready(f(p, cj))
+        return _jax_value_and_grad(jax, lambda p, c: c[1] * p, p, jax.numpy.asarray(c))
     if system == "torch":
         torch = _peer("torch")
         ct = torch.from_numpy(c)
-
-        def call():
-            pt = torch.tensor(p, dtype=torch.float64, requires_grad=True)
-            value = ct[1] * pt
-            value.backward()
-            return value, pt.grad
-        return call
+        return _torch_value_and_grad(torch, lambda p: ct[1] * p,
+                                     torch.tensor(p, dtype=torch.float64))
     if system == "autograd":
         autograd = _peer("autograd")
         f = autograd.value_and_grad(lambda p: c[1] * p)
@@ -208,8 +175,7 @@ def fold16(system, n=FOLD_TERMS):
         return lambda: f(xs)
     if system == "jax":
         jax = _peer("jax")
-        f = jax.jit(jax.value_and_grad(fold_minus))
-        return lambda: jax.block_until_ready(f(xs))
+        return _jax_value_and_grad(jax, fold_minus, xs)
     if system == "torch":
         torch = _peer("torch")
 
