@@ -326,16 +326,18 @@ def test_vjp_cotangent_dict_in_another_key_order_and_complex_rejected():
 
 
 def test_check_grads_uses_float64_settings_for_python_floats():
-    from dualbcast.core.registry import UFUNC_VJPS
+    from dualbcast.core.registry import SCALAR_UFUNC_VJPS, UFUNC_VJPS
     from dualbcast.testing import check_grads
-    wrong = dict(UFUNC_VJPS)
+    saved = {table_id: dict(table) for table_id, table in enumerate((UFUNC_VJPS, SCALAR_UFUNC_VJPS))}
+    wrong = (lambda g, ans, x, y: g * 1.15 * y * x ** (y - 1), None)
     try:
-        UFUNC_VJPS[np.power] = (lambda g, ans, x, y: g * 1.15 * y * x ** (y - 1), None)
+        UFUNC_VJPS[np.power] = SCALAR_UFUNC_VJPS[np.power] = wrong
         with pytest.raises(AssertionError):
             check_grads(lambda x: np.power(x, 3.0), 2.0)
     finally:
-        UFUNC_VJPS.clear()
-        UFUNC_VJPS.update(wrong)
+        for table_id, table in enumerate((UFUNC_VJPS, SCALAR_UFUNC_VJPS)):
+            table.clear()
+            table.update(saved[table_id])
     check_grads(lambda a, b: np.sum(a * b), np.ones(3, np.float32), np.ones(3))
 
 

@@ -181,6 +181,14 @@ def _trace_arguments(tape, args, positions, copy_arrays=False):
 
 
 def _new_leaf(tape, leaf, position):
+    if type(leaf) is not float and (type(leaf) is not np.ndarray or leaf.dtype.kind != "f"):
+        _check_leaf(leaf, position)
+    slot = len(tape.values)
+    tape.values.append(leaf)
+    return Box(leaf, slot, tape)
+
+
+def _check_leaf(leaf, position):
     if type(leaf) is Box:
         raise NotImplementedError("dualbcast: differentiating with respect to a value that is "
                                   "already traced (nested differentiation) is not supported")
@@ -190,9 +198,6 @@ def _new_leaf(tape, leaf, position):
         raise TypeError(f"cannot differentiate with respect to argument {position}: it holds "
                         f"a value of type {dtype}; only float scalars and float arrays are "
                         f"differentiated (integer and bool values never are)")
-    slot = len(tape.values)
-    tape.values.append(leaf)
-    return Box(leaf, slot, tape)
 
 
 def _scalar_output(out, f, tape):

@@ -11,7 +11,8 @@ import operator
 
 import numpy as np
 
-from .registry import CONSTANT_FUNCTIONS, CONSTANT_UFUNCS, FUNCTION_RULES, UFUNC_VJPS
+from .registry import (CONSTANT_FUNCTIONS, CONSTANT_UFUNCS, FUNCTION_RULES, SCALAR_UFUNC_VJPS,
+                       UFUNC_VJPS)
 
 _NO_KWARGS = {}
 
@@ -43,13 +44,16 @@ def trace_inputs(args, vjps=None):
     return tape, values, parents, argnums
 
 
-def apply(func, vjps, args, kwargs=_NO_KWARGS):
+def apply(func, vjps, args, kwargs=_NO_KWARGS, scalar_vjps=None):
     """``func(*values of args, **kwargs)``, recorded when a differentiable argument is
-    traced (``vjps[i]`` not None).  The one place where NumPy operations meet the tape."""
+    traced (``vjps[i]`` not None).  The one place where NumPy operations meet the tape.
+    ``scalar_vjps``, if given, replace ``vjps`` when the result is a scalar."""
     tape, values, parents, argnums = trace_inputs(args, vjps)
     ans = func(*values, **kwargs)
     if not parents:
         return ans
+    if scalar_vjps is not None and type(ans) is not np.ndarray:
+        vjps = scalar_vjps
     saved = tuple(value if type(arg) is Box else snapshot(value)
                   for arg, value in zip(args, values))
     return record(tape, ans, parents, argnums, vjps, saved, kwargs)
@@ -81,7 +85,7 @@ def unbox(x):
 def call_ufunc(ufunc, inputs):
     vjps = UFUNC_VJPS.get(ufunc)
     if vjps is not None:
-        return apply(ufunc, vjps, inputs)
+        return apply(ufunc, vjps, inputs, scalar_vjps=SCALAR_UFUNC_VJPS.get(ufunc))
     if ufunc in CONSTANT_UFUNCS:
         return ufunc(*map(unbox, inputs))
     raise NotImplementedError(f"dualbcast has no gradient rule for numpy.{ufunc.__name__} "
@@ -148,30 +152,39 @@ def _operator(ufunc, op, args):
             return op(unbox(args[0]), unbox(args[1]))
         return call_ufunc(ufunc, args)      # raises NotImplementedError naming the ufunc
     x, y = args
-    # The hot path of scalar code (the fold of the control-flow seed): ``apply``
-    # unrolled for two arguments of which one or both are traced.
+    # The hot path of scalar code (the fold of the control-flow seed): ``apply`` and
+    # ``record`` unrolled for two arguments of which one or both are traced.
     # ``saved``: what the record keeps for the backward pass (constants snapshotted).
     if type(x) is Box:
         tape = x.tape
         if type(y) is Box:
             if y.tape is not tape:
                 return apply(op, vjps, args)      # raises the mixed-traces error
-            values = saved = (x.value, y.value)
-            parents, argnums = (x.slot, y.slot), (0, 1)
+            ans = op(x.value, y.value)
+            parents, argnums, saved = (x.slot, y.slot), _BOTH, (x.value, y.value)
         else:
-            values, saved = (x.value, y), (x.value, snapshot(y))
-            parents, argnums = (x.slot,), (0,)
+            ans = op(x.value, y)
+            parents, argnums, saved = (x.slot,), _FIRST, (x.value, snapshot(y))
     else:
         tape = y.tape
-        values, saved = (x, y.value), (snapshot(x), y.value)
-        parents, argnums = (y.slot,), (1,)
+        ans = op(x, y.value)
+        parents, argnums, saved = (y.slot,), _SECOND, (snapshot(x), y.value)
     if tape.closed or None in vjps:
         return apply(op, vjps, args)              # the general path and its errors
-    return record(tape, op(*values), parents, argnums, vjps, saved)
+    if type(ans) is not np.ndarray:
+        vjps = SCALAR_UFUNC_VJPS.get(ufunc, vjps)
+    values = tape.values
+    slot = len(values)
+    values.append(ans)
+    tape.records.append((slot, parents, argnums, vjps, ans, saved, _NO_KWARGS))
+    return Box(ans, slot, tape)
+
+
+_FIRST, _SECOND, _BOTH = (0,), (1,), (0, 1)
 
 
 def _operator_unary(ufunc, op, x):
-    return apply(op, UFUNC_VJPS[ufunc], (x,))
+    return apply(op, UFUNC_VJPS[ufunc], (x,), scalar_vjps=SCALAR_UFUNC_VJPS.get(ufunc))
 
 
 def _comparison(op):

@@ -2,6 +2,8 @@
 
 - ``UFUNC_VJPS[ufunc]``: a tuple with one ``vjp(g, ans, *inputs)`` per ufunc input, or
   None for an input no gradient flows through.
+- ``SCALAR_UFUNC_VJPS[ufunc]``: the same vjps for a call whose result is a scalar (so
+  every input was one): nothing to unbroadcast, the hot path of scalar code.
 - ``CONSTANT_UFUNCS``: ufuncs whose derivative is zero almost everywhere (comparisons,
   ``floor``, ``sign``...): computed on the values, the result is a plain constant.
 - ``FUNCTION_RULES[func]``: a callable taking ``func``'s arguments (traced or not) for
@@ -10,6 +12,7 @@
   values (``np.shape``, ``np.argmax``, ``np.zeros_like``...).
 """
 UFUNC_VJPS = {}
+SCALAR_UFUNC_VJPS = {}
 CONSTANT_UFUNCS = set()
 FUNCTION_RULES = {}
 CONSTANT_FUNCTIONS = set()

@@ -56,6 +56,7 @@ def backward(tape, seeds):
     owned = bytearray(len(tape.values))   # 1 where grads[slot] is a buffer we may add into
     for slot, seed in seeds:
         _accumulate(grads, owned, tape.values, slot, seed)
+    values = tape.values
     with np.errstate(divide="ignore", invalid="ignore"):
         for out_slot, parents, argnums, vjps, ans, args, kwargs in reversed(tape.records):
             g = grads[out_slot]
@@ -63,7 +64,11 @@ def backward(tape, seeds):
                 continue
             grads[out_slot] = None
             for slot, i in zip(parents, argnums):
-                _accumulate(grads, owned, tape.values, slot, vjps[i](g, ans, *args, **kwargs))
+                ct = vjps[i](g, ans, *args, **kwargs) if kwargs else vjps[i](g, ans, *args)
+                if grads[slot] is None and type(ct) is not SparseCotangent:
+                    grads[slot] = ct        # the first cotangent of a slot: just keep it
+                else:
+                    _accumulate(grads, owned, values, slot, ct)
     return grads
 
 

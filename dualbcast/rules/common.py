@@ -26,6 +26,13 @@ def nan_safe(g, local, out=None):
     value that does not influence the output contributes nothing (design.md §4, as the
     kernels' dual numbers do).  One extra pass only to *detect* a nan (a sum), the
     fix-up pass only when there is one."""
+    if out is None and type(g) is not np.ndarray and type(local) is not np.ndarray:
+        # Scalars (the hot path of scalar code): Python's operator, ~10x cheaper than
+        # a ufunc call, with the same NEP 50 result type.
+        product = g * local
+        if product == product or g != 0:
+            return product
+        return type(product)(0.0)
     product = np.multiply(g, local, out=out)
     if type(product) is np.ndarray:
         if not np.isnan(np.add.reduce(product, axis=None)):

@@ -12,7 +12,7 @@ side at a tie, and a zero cotangent meeting an infinite local derivative gives 0
 """
 import numpy as np
 
-from ..core.registry import CONSTANT_UFUNCS, UFUNC_VJPS
+from ..core.registry import CONSTANT_UFUNCS, SCALAR_UFUNC_VJPS, UFUNC_VJPS
 from .common import nan_safe, shape_of, unbroadcast
 
 LN2, LN10 = np.log(2.0), np.log(10.0)
@@ -31,6 +31,7 @@ def elementwise(ufunc, *vjps):
     """Register an elementwise ufunc's VJPs (None: no gradient through that input)."""
     UFUNC_VJPS[ufunc] = tuple(None if vjp is None else _reduced(vjp, i)
                               for i, vjp in enumerate(vjps))
+    SCALAR_UFUNC_VJPS[ufunc] = vjps
 
 
 def _half_at_ties(wins, ties):
@@ -89,6 +90,7 @@ elementwise(np.power,
             lambda g, ans, x, y: nan_safe(g, np.where(x == 0, 0.0, ans * np.log(
                 np.where(x == 0, 1.0, x)))))
 UFUNC_VJPS[np.float_power] = UFUNC_VJPS[np.power]
+SCALAR_UFUNC_VJPS[np.float_power] = SCALAR_UFUNC_VJPS[np.power]
 elementwise(np.arctan2,
             # d atan2(y, x) = (x dy - y dx) / (x^2 + y^2), with hypot: no overflow.
             lambda g, ans, y, x: g * (x / np.hypot(x, y)) / np.hypot(x, y),
