@@ -19,6 +19,10 @@ _SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
     np.uint64, np.float16, np.float32, np.float64))
 
 
+# How ``CallPlan.operands_for`` turns an argument into its loop operand.
+AS_SCALAR, FIRST_ELEMENT, FLAT, LOOP_VIEW = range(4)
+
+
 @dataclass(slots=True)
 class CallPlan:
     shape: tuple        # broadcast shape of the result
@@ -28,6 +32,27 @@ class CallPlan:
     kinds: tuple        # per argument: SCALAR or ARRAY
     operands: tuple     # per argument: a NumPy scalar of ``dtype`` or an array view over loop_shape
     originals: tuple    # per argument: an ndarray, a NumPy scalar or a Python scalar
+    recipes: tuple      # per argument: how its operand is made (AS_SCALAR, ... LOOP_VIEW)
+
+    def operands_for(self, args):
+        """The loop operands of ``args``, a call with the same signature (types,
+        dtypes, shapes and strides) as the one this plan was made for: the planning
+        (validation, promotion, coalescing) is not repeated."""
+        dtype = self.dtype
+        operands = []
+        for arg, recipe in zip(args, self.recipes):
+            if recipe == AS_SCALAR:
+                operands.append(dtype.type(arg))
+            elif recipe == FIRST_ELEMENT:
+                operands.append(dtype.type(arg.reshape(-1)[0]))
+            else:
+                if arg.dtype.char == "e" or not arg.dtype.isnative:
+                    arg = _loadable(arg)
+                if recipe == FLAT:
+                    operands.append(arg if arg.ndim == 1 else arg.reshape(-1))
+                else:
+                    operands.append(_loop_view(arg, self.shape, self.groups))
+        return tuple(operands)
 
     @property
     def ndim(self):
@@ -40,6 +65,16 @@ class CallPlan:
         return _loop_view(array, self.shape, self.groups, writeable=True)
 
 
+def _loadable(array):
+    """``array`` as Numba can load it: native byte order, and float16 (which Numba
+    cannot load) as float32.  The only copies a call ever makes of its inputs."""
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    if array.dtype == np.float16:
+        array = array.astype(np.float32)
+    return array
+
+
 def _as_numeric(kernel_name, position, value):
     """An ndarray or NumPy scalar for ``value``, or a TypeError saying why not."""
     if isinstance(value, (np.ndarray, np.generic)):
@@ -50,9 +85,7 @@ def _as_numeric(kernel_name, position, value):
         except (ValueError, TypeError) as err:   # ragged nested sequences
             raise TypeError(f"{kernel_name}: argument {position} is not a numeric array "
                             f"({err})") from err
-    if not arr.dtype.isnative and arr.dtype.newbyteorder("=") in _SUPPORTED_DTYPES:
-        arr = arr.astype(arr.dtype.newbyteorder("="))   # Numba loads native byte order only
-    if arr.dtype not in _SUPPORTED_DTYPES:
+    if arr.dtype.newbyteorder("=") not in _SUPPORTED_DTYPES:
         kind = arr.dtype.kind
         what = {"c": "complex", "O": "object", "U": "string", "S": "bytes",
                 "f": "extended precision"}.get(kind, str(arr.dtype))
@@ -70,7 +103,7 @@ def compute_dtype(arrays):
     result, and without any float argument the result is float64 anyway."""
     if not arrays:
         return _FLOAT64
-    dtype = np.result_type(*arrays)
+    dtype = np.result_type(*arrays).newbyteorder("=")
     if dtype.kind in "biu":
         return _FLOAT64
     if dtype == np.float16:
@@ -142,19 +175,21 @@ def plan_call(kernel_name, args):
     else:
         shape = _broadcast_shape(kernel_name, originals, shapes)
 
-    kinds, operands, arrays = [], [], []
+    kinds, operands, arrays, recipes = [], [], [], []
     for o in originals:
         if type(o) in PYTHON_SCALARS or o.size == 1:
             kinds.append(SCALAR)
-            operands.append(dtype.type(o if type(o) in PYTHON_SCALARS or not o.ndim
-                                       else o.reshape(-1)[0]))
+            whole = type(o) in PYTHON_SCALARS or not o.ndim
+            recipes.append(AS_SCALAR if whole else FIRST_ELEMENT)
+            operands.append(dtype.type(o if whole else o.reshape(-1)[0]))
         else:
             kinds.append(ARRAY)
+            recipes.append(None)
             operands.append(None)
-            # Numba has no float16 loads: the one copy we make, to float32.
-            arrays.append(o.astype(np.float32) if o.dtype == np.float16 else o)
+            arrays.append(_loadable(o))
 
-    if all(a.shape == shape and a.flags.c_contiguous for a in arrays):
+    fast = all(a.shape == shape and a.flags.c_contiguous for a in arrays)
+    if fast:
         # The common case, every array the full result shape and contiguous: one flat
         # loop over plain reshaped views (no arrays at all: no loop).
         if arrays:
@@ -176,4 +211,24 @@ def plan_call(kernel_name, args):
     for i, kind in enumerate(kinds):
         if kind == ARRAY:
             operands[i] = next(views)
-    return CallPlan(shape, dtype, groups, loop_shape, tuple(kinds), tuple(operands), originals)
+            recipes[i] = FLAT if fast else LOOP_VIEW
+    return CallPlan(shape, dtype, groups, loop_shape, tuple(kinds), tuple(operands), originals,
+                    tuple(recipes))
+
+
+def signature_key(args):
+    """What a call's planning depends on: per argument its type, and for arrays the
+    dtype, shape and strides.  None when an argument is something else (a list...),
+    which is planned afresh every call."""
+    key = []
+    for arg in args:
+        kind = type(arg)
+        if kind is np.ndarray:
+            key.append((arg.dtype, arg.shape, arg.strides))
+        elif kind is float or kind is int or kind is bool:
+            key.append(kind)
+        elif isinstance(arg, np.generic):
+            key.append(arg.dtype)
+        else:
+            return None
+    return tuple(key)

@@ -11,11 +11,15 @@ from numba.core.errors import NumbaError
 from numba.extending import typeof_impl
 
 from ..dual import DualType
-from .arguments import plan_call
+from ..config import config
+from .arguments import plan_call, signature_key
 from .loops import ACCUMULATE, REGISTER, STORE, LoopSpec, compile_loop
+from .threads import run_chunks
 from .tracing import hook, traced
 
 _OPTIONS = ("fastmath",)
+_MAX_PREPARED = 256          # prepared calls kept per kernel (then the cache restarts)
+CHUNK_ELEMENTS = 1 << 14     # elements per chunk of a loop (the unit threads share)
 
 
 class KernelCompileError(TypeError):
@@ -42,6 +46,7 @@ class FastBroadcast:
         self._jit_options = {"error_model": "numpy", "fastmath": fastmath}
         self.scalar_kernel = numba.njit(**self._jit_options)(py_func)
         self._loops = {}
+        self._prepared = {}
 
     def __repr__(self):
         return f"<fast_broadcast kernel {self.__name__}>"
@@ -54,9 +59,10 @@ class FastBroadcast:
         their partials from the same loop (the fast broadcast rule)."""
         if traced(args) or traced(kwargs.values()):
             return hook.call(self, self._bind(args, kwargs))
-        plan = self._plan(args, kwargs)
-        out = np.empty(plan.shape, plan.dtype)
-        self._run(plan, "map", (), (), out.reshape(-1))
+        args = self._bind(args, kwargs)
+        call = self._prepare("map", args)
+        out = np.empty(call.plan.shape, call.plan.dtype)
+        call.run(args, out.reshape(-1))
         return out if out.ndim else out[()]
 
     def sum(self, *args, **kwargs):
@@ -64,53 +70,50 @@ class FastBroadcast:
         ``grad``, the gradient of the sum comes from the same loop (the sum-of-map rule)."""
         if traced(args) or traced(kwargs.values()):
             return hook.sum(self, self._bind(args, kwargs))
-        plan = self._plan(args, kwargs)
-        (total,) = self._run(plan, "sum")
-        return plan.dtype.type(total)
+        args = self._bind(args, kwargs)
+        call = self._prepare("sum", args)
+        (total,) = call.run(args)
+        return call.plan.dtype.type(total)
 
     def value_and_partials(self, *args, wrt=0, **kwargs):
         """Values and the partials with respect to the ``wrt`` arguments, each at the
         broadcast shape.  ``wrt`` an int gives one partials array, a tuple a tuple."""
-        plan = self._plan(args, kwargs)
-        active, single = self._active(wrt, plan)
+        args = self._bind(args, kwargs)
+        call = self._prepare("partials", args, wrt)
+        plan, n = call.plan, len(call.active)
         out = np.empty(plan.shape, plan.dtype)
-        parts = np.empty((len(active),) + plan.shape, plan.dtype)
-        self._run(plan, "partials", active, (), out.reshape(-1), parts.reshape(len(active), -1))
+        parts = np.empty((n,) + plan.shape, plan.dtype)
+        call.run(args, out.reshape(-1), parts.reshape(n, -1))
         if not plan.shape:
             out, parts = out[()], [p[()] for p in parts]
-        return out, (parts[0] if single else tuple(parts))
+        return out, (parts[0] if call.single else tuple(parts))
 
     def sum_and_partials(self, *args, wrt=0, **kwargs):
         """``sum(k(*args))`` and its gradient with respect to each ``wrt`` argument, at
         that argument's own shape and dtype.  A broadcast argument's gradient is
         reduced inside the loop: no temporary of the broadcast size is allocated."""
-        plan = self._plan(args, kwargs)
-        active, single = self._active(wrt, plan)
-        own = [(np.shape(plan.originals[i]), np.result_type(plan.originals[i])) for i in active]
-        grad_kinds, buffers, loop_buffers = [], [], []
-        for shape, dtype in own:
-            if math.prod(shape) == 1:
-                grad_kinds.append(REGISTER)
-                buffers.append(None)
-            elif shape == plan.shape:
-                grad_kinds.append(STORE)
+        args = self._bind(args, kwargs)
+        call = self._prepare("sum_partials", args, wrt)
+        buffers, loop_buffers = [], []
+        for kind, (shape, dtype, _) in zip(call.grad_kinds, call.own):
+            if kind == STORE:
                 buffers.append(np.empty(shape, _storable(dtype)))
                 loop_buffers.append(buffers[-1].reshape(-1))
-            else:
-                grad_kinds.append(ACCUMULATE)
+            elif kind == ACCUMULATE:
                 buffers.append(np.zeros(shape, np.float64))
-                loop_buffers.append(plan.loop_view(buffers[-1]))
-        total, *registers = self._run(plan, "sum_partials", active, tuple(grad_kinds),
-                                      *loop_buffers)
+                loop_buffers.append(call.plan.loop_view(buffers[-1]))
+            else:
+                buffers.append(None)
+        total, *registers = call.run(args, *loop_buffers)
         registers = iter(registers)
         grads = []
-        for i, (shape, dtype), kind, buffer in zip(active, own, grad_kinds, buffers):
+        for kind, (shape, dtype, is_array), buffer in zip(call.grad_kinds, call.own, buffers):
             if kind == REGISTER:
                 g = np.full(shape, next(registers), dtype)
-                grads.append(g if isinstance(plan.originals[i], np.ndarray) else g[()])
+                grads.append(g if is_array else g[()])
             else:
                 grads.append(buffer.astype(dtype, copy=False))
-        return plan.dtype.type(total), (grads[0] if single else tuple(grads))
+        return call.plan.dtype.type(total), (grads[0] if call.single else tuple(grads))
 
     @property
     def specializations(self):
@@ -130,8 +133,42 @@ class FastBroadcast:
             args = bound.args
         return args
 
-    def _plan(self, args, kwargs):
-        return plan_call(self.__name__, self._bind(args, kwargs))
+    def _prepare(self, mode, args, wrt=None):
+        """The :class:`_PreparedCall` for ``mode`` over arguments like ``args``: planned,
+        validated and compiled on the first call with their signature, then reused."""
+        signature = signature_key(args)
+        wrt_key = _wrt_key(wrt)
+        key = None if signature is None or wrt_key is _UNCACHEABLE else (mode, wrt_key, signature)
+        call = self._prepared.get(key)
+        if call is None:
+            call = self._make_prepared(mode, args, wrt)
+            if key is not None:
+                if len(self._prepared) >= _MAX_PREPARED:
+                    self._prepared.clear()
+                self._prepared[key] = call
+        return call
+
+    def _make_prepared(self, mode, args, wrt):
+        plan = plan_call(self.__name__, args)
+        active, single = self._active(wrt, plan) if wrt is not None else ((), False)
+        own = tuple((np.shape(plan.originals[i]), np.result_type(plan.originals[i]),
+                     isinstance(plan.originals[i], np.ndarray)) for i in active)
+        grad_kinds = ()
+        if mode == "sum_partials":
+            grad_kinds = tuple(REGISTER if math.prod(shape) == 1 else
+                               STORE if shape == plan.shape else ACCUMULATE
+                               for shape, _, _ in own)
+        key = (mode, plan.kinds, active, plan.ndim, grad_kinds, plan.dtype)
+        loop = self._loops.get(key)
+        if loop is None:
+            spec = LoopSpec(mode, plan.kinds, active, plan.ndim, grad_kinds, plan.dtype.name)
+            loop = self._loops[key] = self._compile(spec)
+        # Threads may split the outermost loop unless two chunks would add into the
+        # same element of a gradient (an argument broadcast along that loop).
+        splittable = all(kind != ACCUMULATE or _outer_stride(plan, shape) != 0
+                         for kind, (shape, _, _) in zip(grad_kinds, own))
+        return _PreparedCall(self.__name__, mode, loop, plan, active, single, own, grad_kinds,
+                             splittable)
 
     def _active(self, wrt, plan):
         single = not isinstance(wrt, (tuple, list))
@@ -162,27 +199,6 @@ class FastBroadcast:
                                 f"to float for values but never differentiated")
         return tuple(active), single
 
-    def _run(self, plan, mode, active=(), grad_kinds=(), *outputs):
-        """Run (compiling on first use) the loop for this mode over the planned call."""
-        key = (mode, plan.kinds, active, plan.ndim, grad_kinds, plan.dtype)
-        loop = self._loops.get(key)
-        if loop is None:
-            spec = LoopSpec(mode, plan.kinds, active, plan.ndim, grad_kinds,
-                            plan.dtype.name)
-            loop = self._loops[key] = self._compile(spec)
-        try:
-            return loop(plan.loop_shape, *plan.operands, *outputs)
-        except ZeroDivisionError as err:
-            # Numba's float ** negative-int raises at 0 whatever the error model
-            # (dual powers do not: they give inf like NumPy).  Say where it came from.
-            raise ZeroDivisionError(
-                f"@fast_broadcast kernel {self.__name__!r}: {err} (Numba raises for "
-                f"0.0 ** negative int; write 1.0 / x ** n to get inf)") from err
-        except NumbaError as err:
-            raise KernelCompileError(
-                f"@fast_broadcast kernel {self.__name__!r}: the loop for {mode} could not "
-                f"be compiled for operands {_describe(plan.operands)}") from err
-
     def _compile(self, spec):
         """Type-check the scalar kernel for this spec, then build the loop around it."""
         float_t = getattr(types, spec.dtype)
@@ -201,6 +217,78 @@ class FastBroadcast:
             raise TypeError(f"@fast_broadcast kernel {self.__name__!r} must return one scalar; "
                             f"for argument types ({described}) it returns {returned}")
         return compile_loop(spec, self.scalar_kernel, self._jit_options)
+
+
+class _PreparedCall:
+    """Everything about a kernel call that depends only on its mode, ``wrt`` and the
+    signature of its arguments: the plan, the loop, the gradients' shapes and kinds."""
+
+    __slots__ = ("name", "mode", "loop", "plan", "active", "single", "own", "grad_kinds",
+                 "splittable", "rows", "nchunks")
+
+    def __init__(self, name, mode, loop, plan, active, single, own, grad_kinds, splittable):
+        self.name, self.mode, self.loop, self.plan = name, mode, loop, plan
+        self.active, self.single, self.own, self.grad_kinds = active, single, own, grad_kinds
+        self.splittable = splittable
+        loop_shape = plan.loop_shape
+        if not loop_shape:
+            self.rows, self.nchunks = 1, 1
+        else:
+            inner = math.prod(loop_shape[1:])
+            self.rows = max(1, CHUNK_ELEMENTS // max(inner, 1))
+            self.nchunks = -(-loop_shape[0] // self.rows)
+
+    def run(self, args, *outputs):
+        """Run the loop over ``args`` into ``outputs``; for the sum modes, return the
+        sum and the register gradients (each added up over the chunks in order)."""
+        plan = self.plan
+        operands = plan.operands_for(args)
+        sums = self.mode in ("sum", "sum_partials")
+        if sums:
+            totals = np.empty((self.nchunks, 1 + self.grad_kinds.count(REGISTER)))
+            outputs += (totals,)
+        threads = config.threads if self.splittable and \
+            math.prod(plan.shape) >= config.parallel_threshold else 1
+        loop, shape, rows = self.loop, plan.loop_shape, self.rows
+
+        def call(lo, hi):
+            loop(shape, lo, hi, rows, *operands, *outputs)
+        try:
+            run_chunks(call, self.nchunks, threads)
+        except ZeroDivisionError as err:
+            # Numba's float ** negative-int raises at 0 whatever the error model
+            # (dual powers do not: they give inf like NumPy).  Say where it came from.
+            raise ZeroDivisionError(
+                f"@fast_broadcast kernel {self.name!r}: {err} (Numba raises for "
+                f"0.0 ** negative int; write 1.0 / x ** n to get inf)") from err
+        except NumbaError as err:
+            raise KernelCompileError(
+                f"@fast_broadcast kernel {self.name!r}: the loop for {self.mode} could not "
+                f"be compiled for operands {_describe(operands)}") from err
+        if sums:
+            return tuple(np.add.reduce(totals, axis=0)) if self.nchunks != 1 else tuple(totals[0])
+        return ()
+
+
+_UNCACHEABLE = object()
+
+
+def _wrt_key(wrt):
+    """``wrt`` as part of a cache key (plain ints only: ``True`` must not find the
+    entry of ``1`` and skip its validation)."""
+    if type(wrt) is int or wrt is None:
+        return wrt
+    if type(wrt) in (tuple, list) and all(type(i) is int for i in wrt):
+        return (type(wrt), *wrt)
+    return _UNCACHEABLE
+
+
+def _outer_stride(plan, shape):
+    # The stride along the outermost loop of a C-ordered buffer of ``shape`` viewed over
+    # the call's loops (0 where the argument is broadcast along it).
+    if not plan.groups:
+        return 0
+    return plan.loop_view(np.empty(shape)).strides[0]
 
 
 def _storable(dtype):

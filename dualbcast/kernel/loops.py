@@ -12,9 +12,15 @@ Modes:
   ``sum``           the sum of the values (float64 accumulator), nothing stored
   ``partials``      values, plus ``n`` partials arrays at the result shape
   ``sum_partials``  the sum, plus per active argument the gradient of the sum at that
-                    argument's own shape: kept in a register (scalar argument), stored
+                    argument's own shape: summed in a register (scalar argument), stored
                     (full-size argument) or accumulated through a zero-stride view
                     (an argument broadcast along some axes)
+
+Chunks: the outermost loop runs in chunks of ``rows`` iterations, and a loop call does
+the chunks ``lo <= c < hi``, so threads can share a call (each a range of chunks; the
+loops release the GIL).  Sums and register gradients are kept per chunk in ``totals``
+(one row per chunk) and added up in chunk order afterwards: the result depends on the
+shape only, never on how many threads ran.
 """
 from dataclasses import dataclass
 
@@ -45,15 +51,17 @@ def loop_source(spec):
     """The Python source of the loop function for ``spec`` (readable on purpose: it is
     what a user would write by hand for this call)."""
     nargs = len(spec.kinds)
-    params = ["shape"] + [f"a{i}" for i in range(nargs)]
+    params = ["shape", "lo", "hi", "rows"] + [f"a{i}" for i in range(nargs)]
     if spec.mode in ("map", "partials"):
         params.append("out")
     if spec.mode == "partials":
         params.append("pout")
     if spec.mode == "sum_partials":
         params += [f"g{j}" for j, kind in enumerate(spec.grad_kinds) if kind != REGISTER]
+    if spec.mode in ("sum", "sum_partials"):
+        params.append("totals")
 
-    head, body = [], []
+    head, chunk_head, body, chunk_tail = [], [], [], []
     index = ", ".join(f"i{d}" for d in range(spec.ndim))
     flat = {0: "0", 1: "i0"}.get(spec.ndim, "k")       # position in the C-ordered output
     for j, i in enumerate(spec.active):
@@ -74,40 +82,47 @@ def loop_source(spec):
         call.append(value)
     body.append(f"r = kernel({', '.join(call)})")
 
-    returns = []
     if spec.mode in ("map", "partials"):
         body.append(f"out[{flat}] = _value(r)")
     if spec.mode in ("sum", "sum_partials"):
-        head.append("total = 0.0")
+        chunk_head.append("total = 0.0")
         body.append("total += _value(r)")
-        returns.append("total")
+        chunk_tail.append("totals[c, 0] = total")
     if spec.mode in ("partials", "sum_partials"):
         body.append("p = _partials(r, seed0)")
     if spec.mode == "partials":
         body += [f"pout[{j}, {flat}] = p[{j}]" for j in range(spec.n)]
     if spec.mode == "sum_partials":
+        registers = 0
         for j, kind in enumerate(spec.grad_kinds):
             if kind == REGISTER:
-                head.append(f"g{j} = 0.0")
-                body.append(f"g{j} += p[{j}]")
-                returns.append(f"g{j}")
+                registers += 1
+                chunk_head.append(f"r{j} = 0.0")
+                body.append(f"r{j} += p[{j}]")
+                chunk_tail.append(f"totals[c, {registers}] = r{j}")
             elif kind == STORE:
                 body.append(f"g{j}[{flat}] = p[{j}]")
             else:
                 body.append(f"g{j}[{index}] += p[{j}]")
 
     lines = [f"def loop({', '.join(params)}):"] + ["    " + h for h in head]
-    indent = "    "
+    lines.append("    for c in range(lo, hi):")
+    indent = " " * 8
+    lines += [indent + h for h in chunk_head]
+    if spec.ndim >= 1:
+        lines.append(f"{indent}start = c * rows")
+        lines.append(f"{indent}stop = min(start + rows, shape[0])")
     if spec.ndim >= 2:
-        lines.append("    k = 0")
+        inner = " * ".join(f"shape[{d}]" for d in range(1, spec.ndim))
+        lines.append(f"{indent}k = start * {inner}")
     for d in range(spec.ndim):
-        lines.append(f"{indent}for i{d} in range(shape[{d}]):")
+        bounds = "start, stop" if d == 0 else f"shape[{d}]"
+        lines.append(f"{indent}for i{d} in range({bounds}):")
         indent += "    "
     lines += [indent + b for b in body]
     if spec.ndim >= 2:
         lines.append(indent + "k += 1")
-    if returns:
-        lines.append(f"    return ({', '.join(returns)},)")
+    lines += ["        " + t for t in chunk_tail]
     return "\n".join(lines) + "\n"
 
 
@@ -125,6 +140,15 @@ def compile_loop(spec, scalar_kernel, jit_options):
     exec(code, namespace)
     loop = namespace["loop"]
     loop.__doc__ = source
-    compiled = numba.njit(**jit_options)(loop)
+    # Reassociating the loop's own additions lets LLVM vectorise the sums (several
+    # partial sums per chunk, a fixed order for a given shape); the kernel's math keeps
+    # the kernel's flags.
+    fastmath = jit_options.get("fastmath") or {"reassoc"}
+    compiled = numba.njit(**{**jit_options, "fastmath": fastmath}, nogil=True)(loop)
     compiled.spec = spec
     return compiled
+
+
+def register_count(spec):
+    """How many register gradients a sum_partials loop keeps per chunk."""
+    return spec.grad_kinds.count(REGISTER)

@@ -1,0 +1,38 @@
+"""Split a chunked loop call across threads (the loops release the GIL)."""
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+_lock = threading.Lock()
+_pool = None
+
+
+def _workers(count):
+    global _pool
+    with _lock:
+        if _pool is None or _pool._max_workers < count:
+            _pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix="dualbcast")
+        return _pool
+
+
+def run_chunks(call, nchunks, threads):
+    """``call(lo, hi)`` over the chunks ``0 <= c < nchunks``: on this thread alone, or
+    on ``threads`` threads each taking a contiguous range of chunks (this one included)."""
+    threads = min(threads, nchunks)
+    if threads <= 1:
+        call(0, nchunks)
+        return
+    bounds = [nchunks * t // threads for t in range(threads + 1)]
+    pool = _workers(threads - 1)
+    futures = [pool.submit(call, bounds[t], bounds[t + 1]) for t in range(1, threads)]
+    error = None
+    try:
+        call(bounds[0], bounds[1])
+    except BaseException as err:        # wait for the others before raising
+        error = err
+    for future in futures:
+        try:
+            future.result()
+        except BaseException as err:
+            error = error or err
+    if error is not None:
+        raise error
