@@ -1,11 +1,15 @@
-"""Run-time settings of dualbcast, read at every kernel call.
+"""Run-time settings of dualbcast.
 
 ``config.threads``             threads a large kernel loop is split across (default: the
                                CPUs this process may use; ``DUALBCAST_THREADS``)
-``config.parallel_threshold``  loops over fewer elements run on one thread (threads
-                               cost ~20 µs to wake; measured in asv_bench)
+``config.parallel_threshold``  loops over fewer elements run on one thread (waking
+                               threads costs tens of µs; measured in asv_bench)
+``config.cache_dir``           where compiled loops are cached on disk (default
+                               ``$XDG_CACHE_HOME/dualbcast`` or ``~/.cache/dualbcast``;
+                               ``DUALBCAST_CACHE_DIR``); None turns the cache off
 
-Results never depend on either: sums are reduced in a fixed order of fixed-size chunks.
+Results never depend on the threads: sums are reduced in a fixed order of fixed-size
+chunks.  ``cache_dir`` is read when a loop is first compiled in a process.
 """
 import os
 
@@ -20,23 +24,38 @@ def _default_threads():
         return os.cpu_count() or 1
 
 
+def _default_cache_dir():
+    from_env = os.environ.get("DUALBCAST_CACHE_DIR")
+    if from_env:
+        return from_env
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "dualbcast")
+
+
 class Config:
     def __init__(self):
         self.threads = _default_threads()
         self.parallel_threshold = 200_000
+        self.cache_dir = _default_cache_dir()
 
     def __setattr__(self, name, value):
-        if name not in ("threads", "parallel_threshold"):
+        if name == "cache_dir":
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise TypeError(f"dualbcast.config.cache_dir must be a path or None, "
+                                f"not {value!r}")
+            value = None if value is None else os.fspath(value)
+        elif name in ("threads", "parallel_threshold"):
+            minimum = 1 if name == "threads" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"dualbcast.config.{name} must be an int >= {minimum}, "
+                                 f"not {value!r}")
+        else:
             raise AttributeError(f"dualbcast.config has no setting {name!r}")
-        minimum = 1 if name == "threads" else 0
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"dualbcast.config.{name} must be an int >= {minimum}, "
-                             f"not {value!r}")
         object.__setattr__(self, name, value)
 
     def __repr__(self):
-        return (f"dualbcast.config(threads={self.threads}, "
-                f"parallel_threshold={self.parallel_threshold})")
+        return (f"dualbcast.config(threads={self.threads}, parallel_threshold="
+                f"{self.parallel_threshold}, cache_dir={self.cache_dir!r})")
 
 
 config = Config()

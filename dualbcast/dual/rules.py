@@ -7,6 +7,7 @@ NaN-safe helpers of :mod:`dualbcast.dual.partials`.
 import numba
 
 from . import partials as P
+from ..vmath import STAND_INS, with_vector_math
 from .dualtype import REAL, DualType, make_dual, value_of
 from .table import (BINARY, PIECEWISE_CONSTANT_BINARY, PIECEWISE_CONSTANT_UNARY, PREDICATES,
                     UNARY)
@@ -111,6 +112,13 @@ def register_all():
         unary_rule(fn, derivative)
     for fn, (d_dx, d_dy) in BINARY.items():
         binary_rule(fn, d_dx, d_dy)
+    # The vectorisable stand-ins kernels call instead of math.exp & co: the same table
+    # line, its formula also using the stand-ins (d sin = vectorised cos).
+    for fn, stand_in in STAND_INS.items():
+        if fn in UNARY:
+            unary_rule(stand_in, with_vector_math(UNARY[fn]))
+        else:
+            binary_rule(stand_in, *map(with_vector_math, BINARY[fn]))
     for fn, value_fn in PIECEWISE_CONSTANT_UNARY.items():
         piecewise_constant_unary(fn, value_fn)
     for fn, value_fn in PIECEWISE_CONSTANT_BINARY.items():

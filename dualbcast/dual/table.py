@@ -27,7 +27,7 @@ def _sign0(x):
 
 def _pow_dx(x, y, r):
     # y * x**(y - 1), but the exponent-0 case is 0 everywhere (never 0 * inf at x = 0).
-    return 0.0 if y == 0 else y * x ** (y - 1.0)
+    return 0.0 if y == 0 else y * math.pow(x, y - 1.0)
 
 
 def _pow_dy(x, y, r):

@@ -12,12 +12,14 @@ from numba.extending import typeof_impl
 
 from ..dual import DualType
 from ..config import config
+from ..vmath import refresh_globals, with_vector_math
 from .arguments import plan_call, signature_key
+from .cache import kernel_fingerprint
 from .loops import ACCUMULATE, REGISTER, STORE, LoopSpec, compile_loop
 from .threads import run_chunks
 from .tracing import hook, traced
 
-_OPTIONS = ("fastmath",)
+_OPTIONS = ("fastmath", "libm")
 _MAX_PREPARED = 256          # prepared calls kept per kernel (then the cache restarts)
 CHUNK_ELEMENTS = 1 << 14     # elements per chunk of a loop (the unit threads share)
 
@@ -34,7 +36,7 @@ class FastBroadcast:
     add forward-mode derivatives with respect to the ``wrt`` arguments only.
     """
 
-    def __init__(self, py_func, *, fastmath=False):
+    def __init__(self, py_func, *, fastmath=False, libm=False):
         functools.update_wrapper(self, py_func)
         self.py_func = py_func
         self._signature = inspect.signature(py_func)
@@ -44,7 +46,11 @@ class FastBroadcast:
                             f"list of scalar parameters (no *args, **kwargs or keyword-only)")
         self._nparams = len(self._signature.parameters)
         self._jit_options = {"error_model": "numpy", "fastmath": fastmath}
-        self.scalar_kernel = numba.njit(**self._jit_options)(py_func)
+        # Unless libm is asked for, the kernel sees dualbcast.vmath's vectorisable
+        # math.exp & co (see dualbcast.vmath).
+        self.libm = libm
+        compiled_func = py_func if libm else with_vector_math(py_func)
+        self.scalar_kernel = numba.njit(**self._jit_options)(compiled_func)
         self._loops = {}
         self._prepared = {}
 
@@ -167,7 +173,7 @@ class FastBroadcast:
         # same element of a gradient (an argument broadcast along that loop).
         splittable = all(kind != ACCUMULATE or _outer_stride(plan, shape) != 0
                          for kind, (shape, _, _) in zip(grad_kinds, own))
-        return _PreparedCall(self.__name__, mode, loop, plan, active, single, own, grad_kinds,
+        return _PreparedCall(self, mode, loop, plan, active, single, own, grad_kinds,
                              splittable)
 
     def _active(self, wrt, plan):
@@ -200,7 +206,21 @@ class FastBroadcast:
         return tuple(active), single
 
     def _compile(self, spec):
-        """Type-check the scalar kernel for this spec, then build the loop around it."""
+        """The loop for ``spec`` (compiled, or loaded from the disk cache, at its first
+        call).  If Numba cannot compile it, ``_diagnose`` says why."""
+        if not self.libm:
+            refresh_globals(self.scalar_kernel.py_func)
+        fingerprint = kernel_fingerprint(self.py_func, {**self._jit_options, "libm": self.libm})
+        cache_key = None
+        if fingerprint is not None:
+            name = f"{self.py_func.__module__}.{self.py_func.__qualname__}"
+            cache_key = "".join(c if c.isalnum() or c in "._" else "_" for c in name)
+            cache_key = f"{cache_key[:80]}-{fingerprint}"
+        return compile_loop(spec, self.scalar_kernel, self._jit_options, cache_key)
+
+    def _diagnose(self, spec, operands, err):
+        """The error for a loop Numba could not compile: the scalar kernel type-checked
+        alone for this spec's argument types names the problem best."""
         float_t = getattr(types, spec.dtype)
         n = len(spec.active)
         argtypes = tuple(DualType(float_t, n) if i in spec.active else float_t
@@ -208,26 +228,30 @@ class FastBroadcast:
         described = ", ".join(str(t) for t in argtypes)
         try:
             self.scalar_kernel.compile(argtypes)
-        except NumbaError as err:
+        except NumbaError as kernel_err:
             raise KernelCompileError(
                 f"@fast_broadcast kernel {self.__name__!r} cannot be compiled for argument "
-                f"types ({described}); Numba's error is chained above") from err
+                f"types ({described}); Numba's error is chained above") from kernel_err
         returned = self.scalar_kernel.overloads[argtypes].signature.return_type
         if not isinstance(returned, (DualType, types.Float, types.Integer, types.Boolean)):
             raise TypeError(f"@fast_broadcast kernel {self.__name__!r} must return one scalar; "
                             f"for argument types ({described}) it returns {returned}")
-        return compile_loop(spec, self.scalar_kernel, self._jit_options)
+        raise KernelCompileError(
+            f"@fast_broadcast kernel {self.__name__!r}: the loop for {spec.mode} could not "
+            f"be compiled for operands {_describe(operands)}") from err
 
 
 class _PreparedCall:
     """Everything about a kernel call that depends only on its mode, ``wrt`` and the
     signature of its arguments: the plan, the loop, the gradients' shapes and kinds."""
 
-    __slots__ = ("name", "mode", "loop", "plan", "active", "single", "own", "grad_kinds",
-                 "splittable", "rows", "nchunks")
+    __slots__ = ("kernel", "name", "mode", "loop", "plan", "active", "single", "own",
+                 "grad_kinds", "splittable", "rows", "nchunks", "compiled")
 
-    def __init__(self, name, mode, loop, plan, active, single, own, grad_kinds, splittable):
-        self.name, self.mode, self.loop, self.plan = name, mode, loop, plan
+    def __init__(self, kernel, mode, loop, plan, active, single, own, grad_kinds, splittable):
+        self.kernel, self.name, self.mode = kernel, kernel.__name__, mode
+        self.loop, self.plan = loop, plan
+        self.compiled = False   # the first run compiles (or loads) the loop: one thread
         self.active, self.single, self.own, self.grad_kinds = active, single, own, grad_kinds
         self.splittable = splittable
         loop_shape = plan.loop_shape
@@ -247,7 +271,7 @@ class _PreparedCall:
         if sums:
             totals = np.empty((self.nchunks, 1 + self.grad_kinds.count(REGISTER)))
             outputs += (totals,)
-        threads = config.threads if self.splittable and \
+        threads = config.threads if self.compiled and self.splittable and \
             math.prod(plan.shape) >= config.parallel_threshold else 1
         loop, shape, rows = self.loop, plan.loop_shape, self.rows
 
@@ -262,9 +286,8 @@ class _PreparedCall:
                 f"@fast_broadcast kernel {self.name!r}: {err} (Numba raises for "
                 f"0.0 ** negative int; write 1.0 / x ** n to get inf)") from err
         except NumbaError as err:
-            raise KernelCompileError(
-                f"@fast_broadcast kernel {self.name!r}: the loop for {self.mode} could not "
-                f"be compiled for operands {_describe(operands)}") from err
+            self.kernel._diagnose(loop.spec, operands, err)
+        self.compiled = True
         if sums:
             return tuple(np.add.reduce(totals, axis=0)) if self.nchunks != 1 else tuple(totals[0])
         return ()
@@ -310,7 +333,10 @@ def _typeof_kernel(kernel, context):
 def fast_broadcast(func=None, **options):
     """Compile a scalar Python function into a broadcasting, differentiable kernel.
 
-    Use as ``@fast_broadcast`` or ``@fast_broadcast(fastmath=True)``.  The function
+    Use as ``@fast_broadcast`` or with options, ``@fast_broadcast(fastmath=True)``:
+    ``fastmath`` lets LLVM reorder the kernel's float math; ``libm=True`` computes
+    ``math.exp log expm1 log1p tanh pow sin cos`` with the C library instead of
+    dualbcast's vectorisable versions (within 2 ulp of it, see ``dualbcast.vmath``).  The function
     takes scalars and returns one scalar; it may use ``math.*``, ``if``, loops and call
     other kernels or ``numba.njit`` helpers.  Arguments arrive as floats of the call's
     result dtype (float32 if every float input is float32, else float64), like a

@@ -22,12 +22,14 @@ loops release the GIL).  Sums and register gradients are kept per chunk in ``tot
 (one row per chunk) and added up in chunk order afterwards: the result depends on the
 shape only, never on how many threads ran.
 """
+import hashlib
 from dataclasses import dataclass
 
 import numba
 
 from ..dual import make_dual, partials_of, value_of
 from .arguments import ARRAY
+from .cache import load_loop
 
 MODES = ("map", "sum", "partials", "sum_partials")
 REGISTER, STORE, ACCUMULATE = "register", "store", "accumulate"
@@ -126,8 +128,10 @@ def loop_source(spec):
     return "\n".join(lines) + "\n"
 
 
-def compile_loop(spec, scalar_kernel, jit_options):
-    """Compile the loop for ``spec`` around ``scalar_kernel`` (a Numba dispatcher)."""
+def compile_loop(spec, scalar_kernel, jit_options, cache_key=None):
+    """Compile the loop for ``spec`` around ``scalar_kernel`` (a Numba dispatcher).
+    With a ``cache_key`` (the kernel's fingerprint directory) the loop is loaded from a
+    real file and cached on disk by Numba (see :mod:`.cache`)."""
     source = loop_source(spec)
     namespace = {
         "kernel": scalar_kernel,
@@ -136,19 +140,21 @@ def compile_loop(spec, scalar_kernel, jit_options):
         "_value": value_of,
         "_partials": partials_of,
     }
-    code = compile(source, f"<dualbcast loop {spec}>", "exec")
-    exec(code, namespace)
-    loop = namespace["loop"]
+    loop = None
+    if cache_key is not None:
+        spec_name = f"{spec.mode}_{hashlib.sha256(repr(spec).encode()).hexdigest()[:16]}"
+        loop = load_loop(f"# dualbcast loop for {spec}\n" + source, namespace, cache_key,
+                         spec_name)
+    if loop is None:
+        exec(compile(source, f"<dualbcast loop {spec}>", "exec"), namespace)
+        loop = namespace["loop"]
     loop.__doc__ = source
     # Reassociating the loop's own additions lets LLVM vectorise the sums (several
     # partial sums per chunk, a fixed order for a given shape); the kernel's math keeps
     # the kernel's flags.
     fastmath = jit_options.get("fastmath") or {"reassoc"}
-    compiled = numba.njit(**{**jit_options, "fastmath": fastmath}, nogil=True)(loop)
+    compiled = numba.njit(**{**jit_options, "fastmath": fastmath}, nogil=True,
+                          cache=loop.__code__.co_filename.endswith(".py"))(loop)
     compiled.spec = spec
     return compiled
 
-
-def register_count(spec):
-    """How many register gradients a sum_partials loop keeps per chunk."""
-    return spec.grad_kinds.count(REGISTER)

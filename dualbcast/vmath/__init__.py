@@ -1,0 +1,120 @@
+"""Vectorisable math for kernels.
+
+Numba compiles ``math.exp`` in a loop to a call into libm per element, which LLVM cannot
+vectorise (Numba's wheels carry no SIMD math library).  Kernels are therefore compiled
+against :data:`VECTOR_MATH`, a copy of the ``math`` module in which ``exp expm1 log
+log1p tanh pow sin cos`` are replaced by branch-free implementations
+(:mod:`.explog`, :mod:`.trig`; accuracy and speed measured in their docstrings) that
+inline into the loop and vectorise.  ``sqrt`` is already a vector instruction.
+``@fast_broadcast(libm=True)`` keeps libm.
+
+How a kernel gets them: :func:`with_vector_math` gives the kernel's function a copy of
+its globals (and closure) in which the ``math`` module and those functions (also when
+imported by name, ``from math import exp``) are swapped.  Functions the kernel calls
+are not rewritten: a ``numba.njit`` helper keeps libm, another ``@fast_broadcast``
+kernel uses its own setting.
+
+Each stand-in is an ordinary Python function (calling libm when called from Python)
+with Numba overloads: for floats and ints here, for dual numbers in
+:mod:`dualbcast.dual.rules`.
+"""
+import math
+import types as pytypes
+
+import numpy as np
+from numba import types
+from numba.extending import overload
+
+from . import explog, trig
+
+_JIT_OPTIONS = {"error_model": "numpy"}
+_IMPLEMENTATIONS = {
+    math.exp: explog.exp, math.expm1: explog.expm1, math.log: explog.log,
+    math.log1p: explog.log1p, math.tanh: explog.tanh, math.sin: trig.sin, math.cos: trig.cos,
+}
+
+
+def _is_number(t):
+    return isinstance(t, (types.Float, types.Integer, types.Boolean))
+
+
+def _unary_stand_in(math_fn, impl):
+    def stand_in(x):
+        return math_fn(x)
+
+    @overload(stand_in, jit_options=_JIT_OPTIONS)
+    def vectorised(x):
+        if isinstance(x, types.Float):
+            return lambda x: impl(x)
+        if _is_number(x):
+            return lambda x: impl(np.float64(x))
+        return None
+    return stand_in
+
+
+def _pow_stand_in(x, y):
+    return math.pow(x, y)
+
+
+@overload(_pow_stand_in, jit_options=_JIT_OPTIONS)
+def _vectorised_pow(x, y):
+    if x == y == types.float32:
+        return lambda x, y: explog.pow(x, y)
+    if _is_number(x) and _is_number(y):
+        return lambda x, y: explog.pow(np.float64(x), np.float64(y))
+    return None
+
+
+#: ``math`` function -> its vectorisable stand-in.
+STAND_INS = {fn: _unary_stand_in(fn, impl) for fn, impl in _IMPLEMENTATIONS.items()}
+STAND_INS[math.pow] = _pow_stand_in
+for _fn, _stand_in in STAND_INS.items():
+    _stand_in.__name__ = _stand_in.__qualname__ = _fn.__name__
+    _stand_in.__module__ = __name__
+    _stand_in.__doc__ = f"``math.{_fn.__name__}``, vectorisable inside kernels."
+
+#: The ``math`` module as kernels see it.
+VECTOR_MATH = pytypes.ModuleType("dualbcast.vmath.math", "math with vectorisable functions")
+VECTOR_MATH.__dict__.update({name: value for name, value in vars(math).items()
+                             if not name.startswith("__")})
+VECTOR_MATH.__dict__.update({fn.__name__: stand_in for fn, stand_in in STAND_INS.items()})
+
+_SWAPS = {id(math): VECTOR_MATH, **{id(fn): stand_in for fn, stand_in in STAND_INS.items()}}
+
+
+def _swapped(value):
+    return _SWAPS.get(id(value), value)
+
+
+def with_vector_math(py_func):
+    """``py_func`` with its own copy of its globals and closure in which ``math`` and
+    the vectorisable ``math`` functions are replaced (see the module docstring).  Call
+    :func:`refresh_globals` before compiling it again: globals the function's module
+    defined later are copied then."""
+    closure = py_func.__closure__
+    if closure is not None:
+        closure = tuple(_swapped_cell(cell) for cell in closure)
+    rebound = pytypes.FunctionType(py_func.__code__, {}, py_func.__name__,
+                                   py_func.__defaults__, closure)
+    rebound.__kwdefaults__ = py_func.__kwdefaults__
+    rebound.__qualname__ = py_func.__qualname__
+    rebound.__module__ = py_func.__module__
+    rebound.__doc__ = py_func.__doc__
+    rebound.__wrapped_globals__ = py_func.__globals__
+    refresh_globals(rebound)
+    return rebound
+
+
+def refresh_globals(rebound):
+    """Copy the original globals of a :func:`with_vector_math` function again."""
+    rebound.__globals__.update({name: _swapped(value)
+                                for name, value in rebound.__wrapped_globals__.items()})
+
+
+def _swapped_cell(cell):
+    try:
+        contents = cell.cell_contents
+    except ValueError:                  # an empty cell (a name not yet bound)
+        return cell
+    swapped = _swapped(contents)
+    return cell if swapped is contents else pytypes.CellType(swapped)
