@@ -1,8 +1,9 @@
 """dualbcast: fast gradients of array code built from scalar kernels."""
 from . import rules as _rules  # noqa: F401  (registers the gradient rules with the core)
+from .config import config
 from .core import grad, stop_gradient, value_and_grad, vjp
 from .kernel import FastBroadcast, KernelCompileError, fast_broadcast
 
-__all__ = ["FastBroadcast", "KernelCompileError", "fast_broadcast", "grad", "stop_gradient",
-           "value_and_grad", "vjp"]
+__all__ = ["FastBroadcast", "KernelCompileError", "config", "fast_broadcast", "grad",
+           "stop_gradient", "value_and_grad", "vjp"]
 __version__ = "0.1.0"

@@ -8,24 +8,33 @@ from contextlib import contextmanager
 import numpy as np
 
 from .box import Box, snapshot
-from .pytree import describe, flatten, flatten_like, unflatten
+from .pytree import LEAF, describe, flatten, flatten_like, unflatten
 from .tape import Tape, backward
 
 _current = threading.local()       # the tape being recorded on this thread, if any
 
 
-@contextmanager
-def _tracing(single_use):
+def _start_tracing(single_use):
     if getattr(_current, "tape", None) is not None:
         raise NotImplementedError("dualbcast: nested grad/value_and_grad/vjp calls (higher-order "
                                   "derivatives) are not supported")
     tape = Tape(single_use)
     _current.tape = tape
+    return tape
+
+
+def _stop_tracing(tape):
+    tape.closed = True
+    _current.tape = None
+
+
+@contextmanager
+def _tracing(single_use):
+    tape = _start_tracing(single_use)
     try:
         yield tape
     finally:
-        tape.closed = True
-        _current.tape = None
+        _stop_tracing(tape)
 
 
 def grad(f, argnums=0):
@@ -55,13 +64,19 @@ def value_and_grad(f, argnums=0):
     (np.float64(6.0), (array([3., 3.]), 2.0))
     """
     single, requested = _check_argnums(argnums)
+    positions_for = {}          # number of arguments -> positions of the differentiated ones
 
     @functools.wraps(f)
     def value_and_grad_f(*args, **kwargs):
-        positions = _positions(requested, argnums, len(args), f)
-        with _tracing(single_use=True) as tape:
+        positions = positions_for.get(len(args))
+        if positions is None:
+            positions = positions_for[len(args)] = _positions(requested, argnums, len(args), f)
+        tape = _start_tracing(single_use=True)
+        try:
             traced_args, inputs = _trace_arguments(tape, args, positions)
             out = f(*traced_args, **kwargs)
+        finally:
+            _stop_tracing(tape)
         value, seeds = _scalar_output(out, f, tape)
         grads = backward(tape, seeds)
         results = _gradients(grads, inputs)
@@ -171,6 +186,10 @@ def _trace_arguments(tape, args, positions, copy_arrays=False):
     traced = list(args)
     inputs = []
     for i in positions:
+        if type(args[i]) is np.ndarray and not copy_arrays or type(args[i]) is float:
+            box = traced[i] = _new_leaf(tape, args[i], i)     # a leaf: no tree to walk
+            inputs.append(((box,), LEAF))
+            continue
         leaves, tree = flatten(args[i])
         if copy_arrays:
             leaves = [snapshot(leaf) for leaf in leaves]
@@ -203,6 +222,8 @@ def _check_leaf(leaf, position):
 def _scalar_output(out, f, tape):
     """The value of ``f``'s output and the backward seeds; ``TypeError`` unless it is a
     real scalar."""
+    if type(out) is Box and type(out.value) in _SEED_FOR:      # the common case
+        return out.value, ((out.slot, _SEED_FOR[type(out.value)]),)
     value = out.value if type(out) is Box else out
     if not isinstance(value, (int, float, np.number, np.ndarray, np.bool_)) \
             or isinstance(value, complex):
@@ -218,12 +239,17 @@ def _scalar_output(out, f, tape):
     return value, ((out.slot, np.result_type(value).type(1.0)),)
 
 
+_SEED_FOR = {float: np.float64(1.0), np.float64: np.float64(1.0), np.float32: np.float32(1.0)}
+
+
 def _gradients(grads, inputs):
     """The gradient of each differentiated argument, rebuilt in its structure."""
     handed_out = set()
-    return tuple(unflatten(tree, [_gradient_like(box.value, grads[box.slot], handed_out)
-                                  for box in boxes])
-                 for boxes, tree in inputs)
+    results = []
+    for boxes, tree in inputs:
+        leaves = [_gradient_like(box.value, grads[box.slot], handed_out) for box in boxes]
+        results.append(leaves[0] if tree == LEAF else unflatten(tree, leaves))
+    return tuple(results)
 
 
 def _gradient_like(primal, ct, handed_out):

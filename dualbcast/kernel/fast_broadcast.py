@@ -11,17 +11,15 @@ from numba.core.errors import NumbaError
 from numba.extending import typeof_impl
 
 from ..dual import DualType
-from ..config import config
 from ..vmath import refresh_globals, with_vector_math
 from .arguments import plan_call, signature_key
 from .cache import kernel_fingerprint
 from .loops import ACCUMULATE, REGISTER, STORE, LoopSpec, compile_loop
-from .threads import run_chunks
+from .prepared import PreparedCall
 from .tracing import hook, traced
 
 _OPTIONS = ("fastmath", "libm")
 _MAX_PREPARED = 256          # prepared calls kept per kernel (then the cache restarts)
-CHUNK_ELEMENTS = 1 << 14     # elements per chunk of a loop (the unit threads share)
 
 
 class KernelCompileError(TypeError):
@@ -63,63 +61,31 @@ class FastBroadcast:
         """The kernel applied elementwise with NumPy broadcasting (a scalar for
         all-scalar input, like a ufunc).  Inside ``grad``, traced arguments get
         their partials from the same loop (the fast broadcast rule)."""
-        if traced(args) or traced(kwargs.values()):
+        if traced(args) or kwargs and traced(kwargs.values()):
             return hook.call(self, self._bind(args, kwargs))
         args = self._bind(args, kwargs)
-        call = self._prepare("map", args)
-        out = np.empty(call.plan.shape, call.plan.dtype)
-        call.run(args, out.reshape(-1))
-        return out if out.ndim else out[()]
+        return self._prepare("map", args).map(args)
 
     def sum(self, *args, **kwargs):
         """``sum(k(*args))`` in one loop, without materialising ``k(*args)``.  Inside
         ``grad``, the gradient of the sum comes from the same loop (the sum-of-map rule)."""
-        if traced(args) or traced(kwargs.values()):
+        if traced(args) or kwargs and traced(kwargs.values()):
             return hook.sum(self, self._bind(args, kwargs))
         args = self._bind(args, kwargs)
-        call = self._prepare("sum", args)
-        (total,) = call.run(args)
-        return call.plan.dtype.type(total)
+        return self._prepare("sum", args).sum(args)
 
     def value_and_partials(self, *args, wrt=0, **kwargs):
         """Values and the partials with respect to the ``wrt`` arguments, each at the
         broadcast shape.  ``wrt`` an int gives one partials array, a tuple a tuple."""
         args = self._bind(args, kwargs)
-        call = self._prepare("partials", args, wrt)
-        plan, n = call.plan, len(call.active)
-        out = np.empty(plan.shape, plan.dtype)
-        parts = np.empty((n,) + plan.shape, plan.dtype)
-        call.run(args, out.reshape(-1), parts.reshape(n, -1))
-        if not plan.shape:
-            out, parts = out[()], [p[()] for p in parts]
-        return out, (parts[0] if call.single else tuple(parts))
+        return self._prepare("partials", args, wrt).value_and_partials(args)
 
     def sum_and_partials(self, *args, wrt=0, **kwargs):
         """``sum(k(*args))`` and its gradient with respect to each ``wrt`` argument, at
         that argument's own shape and dtype.  A broadcast argument's gradient is
         reduced inside the loop: no temporary of the broadcast size is allocated."""
         args = self._bind(args, kwargs)
-        call = self._prepare("sum_partials", args, wrt)
-        buffers, loop_buffers = [], []
-        for kind, (shape, dtype, _) in zip(call.grad_kinds, call.own):
-            if kind == STORE:
-                buffers.append(np.empty(shape, _storable(dtype)))
-                loop_buffers.append(buffers[-1].reshape(-1))
-            elif kind == ACCUMULATE:
-                buffers.append(np.zeros(shape, np.float64))
-                loop_buffers.append(call.plan.loop_view(buffers[-1]))
-            else:
-                buffers.append(None)
-        total, *registers = call.run(args, *loop_buffers)
-        registers = iter(registers)
-        grads = []
-        for kind, (shape, dtype, is_array), buffer in zip(call.grad_kinds, call.own, buffers):
-            if kind == REGISTER:
-                g = np.full(shape, next(registers), dtype)
-                grads.append(g if is_array else g[()])
-            else:
-                grads.append(buffer.astype(dtype, copy=False))
-        return call.plan.dtype.type(total), (grads[0] if call.single else tuple(grads))
+        return self._prepare("sum_partials", args, wrt).sum_and_partials(args)
 
     @property
     def specializations(self):
@@ -140,13 +106,15 @@ class FastBroadcast:
         return args
 
     def _prepare(self, mode, args, wrt=None):
-        """The :class:`_PreparedCall` for ``mode`` over arguments like ``args``: planned,
+        """The :class:`PreparedCall` for ``mode`` over arguments like ``args``: planned,
         validated and compiled on the first call with their signature, then reused."""
         signature = signature_key(args)
-        wrt_key = _wrt_key(wrt)
-        key = None if signature is None or wrt_key is _UNCACHEABLE else (mode, wrt_key, signature)
+        wrt_key = wrt if type(wrt) is int else _wrt_key(wrt)
+        key = (mode, wrt_key, signature)
         call = self._prepared.get(key)
         if call is None:
+            if signature is None or wrt_key is _UNCACHEABLE:
+                key = None
             call = self._make_prepared(mode, args, wrt)
             if key is not None:
                 if len(self._prepared) >= _MAX_PREPARED:
@@ -157,13 +125,15 @@ class FastBroadcast:
     def _make_prepared(self, mode, args, wrt):
         plan = plan_call(self.__name__, args)
         active, single = self._active(wrt, plan) if wrt is not None else ((), False)
-        own = tuple((np.shape(plan.originals[i]), np.result_type(plan.originals[i]),
-                     isinstance(plan.originals[i], np.ndarray)) for i in active)
+        own = [(np.shape(plan.originals[i]), np.result_type(plan.originals[i]),
+                isinstance(plan.originals[i], np.ndarray)) for i in active]
         grad_kinds = ()
         if mode == "sum_partials":
             grad_kinds = tuple(REGISTER if math.prod(shape) == 1 else
                                STORE if shape == plan.shape else ACCUMULATE
                                for shape, _, _ in own)
+        gradients = tuple((kind, *own_spec) for kind, own_spec
+                          in zip(grad_kinds or (None,) * len(own), own))
         key = (mode, plan.kinds, active, plan.ndim, grad_kinds, plan.dtype)
         loop = self._loops.get(key)
         if loop is None:
@@ -172,9 +142,8 @@ class FastBroadcast:
         # Threads may split the outermost loop unless two chunks would add into the
         # same element of a gradient (an argument broadcast along that loop).
         splittable = all(kind != ACCUMULATE or _outer_stride(plan, shape) != 0
-                         for kind, (shape, _, _) in zip(grad_kinds, own))
-        return _PreparedCall(self, mode, loop, plan, active, single, own, grad_kinds,
-                             splittable)
+                         for kind, shape, _, _ in gradients)
+        return PreparedCall(self, mode, loop, plan, single, gradients, splittable)
 
     def _active(self, wrt, plan):
         single = not isinstance(wrt, (tuple, list))
@@ -241,58 +210,6 @@ class FastBroadcast:
             f"be compiled for operands {_describe(operands)}") from err
 
 
-class _PreparedCall:
-    """Everything about a kernel call that depends only on its mode, ``wrt`` and the
-    signature of its arguments: the plan, the loop, the gradients' shapes and kinds."""
-
-    __slots__ = ("kernel", "name", "mode", "loop", "plan", "active", "single", "own",
-                 "grad_kinds", "splittable", "rows", "nchunks", "compiled")
-
-    def __init__(self, kernel, mode, loop, plan, active, single, own, grad_kinds, splittable):
-        self.kernel, self.name, self.mode = kernel, kernel.__name__, mode
-        self.loop, self.plan = loop, plan
-        self.compiled = False   # the first run compiles (or loads) the loop: one thread
-        self.active, self.single, self.own, self.grad_kinds = active, single, own, grad_kinds
-        self.splittable = splittable
-        loop_shape = plan.loop_shape
-        if not loop_shape:
-            self.rows, self.nchunks = 1, 1
-        else:
-            inner = math.prod(loop_shape[1:])
-            self.rows = max(1, CHUNK_ELEMENTS // max(inner, 1))
-            self.nchunks = -(-loop_shape[0] // self.rows)
-
-    def run(self, args, *outputs):
-        """Run the loop over ``args`` into ``outputs``; for the sum modes, return the
-        sum and the register gradients (each added up over the chunks in order)."""
-        plan = self.plan
-        operands = plan.operands_for(args)
-        sums = self.mode in ("sum", "sum_partials")
-        if sums:
-            totals = np.empty((self.nchunks, 1 + self.grad_kinds.count(REGISTER)))
-            outputs += (totals,)
-        threads = config.threads if self.compiled and self.splittable and \
-            math.prod(plan.shape) >= config.parallel_threshold else 1
-        loop, shape, rows = self.loop, plan.loop_shape, self.rows
-
-        def call(lo, hi):
-            loop(shape, lo, hi, rows, *operands, *outputs)
-        try:
-            run_chunks(call, self.nchunks, threads)
-        except ZeroDivisionError as err:
-            # Numba's float ** negative-int raises at 0 whatever the error model
-            # (dual powers do not: they give inf like NumPy).  Say where it came from.
-            raise ZeroDivisionError(
-                f"@fast_broadcast kernel {self.name!r}: {err} (Numba raises for "
-                f"0.0 ** negative int; write 1.0 / x ** n to get inf)") from err
-        except NumbaError as err:
-            self.kernel._diagnose(loop.spec, operands, err)
-        self.compiled = True
-        if sums:
-            return tuple(np.add.reduce(totals, axis=0)) if self.nchunks != 1 else tuple(totals[0])
-        return ()
-
-
 _UNCACHEABLE = object()
 
 
@@ -312,11 +229,6 @@ def _outer_stride(plan, shape):
     if not plan.groups:
         return 0
     return plan.loop_view(np.empty(shape)).strides[0]
-
-
-def _storable(dtype):
-    # Gradients are stored in the argument's dtype where Numba can store it.
-    return dtype if dtype in (np.float32, np.float64) else np.dtype(np.float64)
 
 
 def _describe(operands):

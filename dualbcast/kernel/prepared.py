@@ -1,0 +1,124 @@
+"""A prepared kernel call: everything that depends only on the mode, ``wrt`` and the
+signature of the arguments (types, dtypes, shapes, strides), worked out on the first
+call with that signature and reused by every later one.  What is left per call is
+making the operands, allocating the outputs and one call into the compiled loop."""
+import math
+from functools import partial
+
+import numpy as np
+from numba.core.errors import NumbaError
+
+from ..config import config
+from .loops import ACCUMULATE, REGISTER, STORE
+from .threads import run_chunks
+
+CHUNK_ELEMENTS = 1 << 14     # elements per chunk of a loop (the unit threads share)
+
+
+class PreparedCall:
+    __slots__ = ("kernel", "mode", "loop", "plan", "single", "scalar_type", "size",
+                 "rows", "nchunks", "totals_width", "splittable", "gradients", "all_stored",
+                 "compiled")
+
+    def __init__(self, kernel, mode, loop, plan, single, gradients, splittable):
+        """``gradients``: per active argument ``(kind, shape, dtype, is_array)`` (the
+        kind only matters for sum_partials)."""
+        self.kernel, self.mode, self.loop, self.plan = kernel, mode, loop, plan
+        self.single, self.gradients, self.splittable = single, gradients, splittable
+        self.scalar_type = plan.dtype.type
+        self.size = math.prod(plan.shape)
+        loop_shape = plan.loop_shape
+        if not loop_shape:
+            self.rows, self.nchunks = 1, 1
+        else:
+            inner = math.prod(loop_shape[1:])
+            self.rows = max(1, CHUNK_ELEMENTS // max(inner, 1))
+            self.nchunks = -(-loop_shape[0] // self.rows)
+        self.totals_width = 1 + sum(kind == REGISTER for kind, *_ in gradients)
+        # The common case, every gradient stored whole in its own dtype: no bookkeeping.
+        self.all_stored = all(kind == STORE and _storable(dtype) == dtype
+                              for kind, _, dtype, _ in gradients)
+        self.compiled = False   # the first run compiles (or loads) the loop: one thread
+
+    # ------------------------------------------------------------------ the modes
+
+    def map(self, args):
+        out = np.empty(self.plan.shape, self.plan.dtype)
+        self._run(args, (out.reshape(-1),))
+        return out if out.ndim else out[()]
+
+    def sum(self, args):
+        return self.scalar_type(self._run(args, ())[0])
+
+    def value_and_partials(self, args):
+        plan, n = self.plan, len(self.gradients)
+        out = np.empty(plan.shape, plan.dtype)
+        parts = np.empty((n,) + plan.shape, plan.dtype)
+        self._run(args, (out.reshape(-1), parts.reshape(n, -1)))
+        if not plan.shape:
+            out, parts = out[()], [p[()] for p in parts]
+        return out, (parts[0] if self.single else tuple(parts))
+
+    def sum_and_partials(self, args):
+        if self.all_stored:
+            grads = [np.empty(shape, dtype) for _, shape, dtype, _ in self.gradients]
+            sums = self._run(args, tuple(g.reshape(-1) for g in grads))
+            return self.scalar_type(sums[0]), (grads[0] if self.single else tuple(grads))
+        buffers, loop_buffers = [], []
+        for kind, shape, dtype, _ in self.gradients:
+            if kind == STORE:
+                buffers.append(np.empty(shape, _storable(dtype)))
+                loop_buffers.append(buffers[-1].reshape(-1))
+            elif kind == ACCUMULATE:
+                buffers.append(np.zeros(shape, np.float64))
+                loop_buffers.append(self.plan.loop_view(buffers[-1]))
+            else:
+                buffers.append(None)
+        sums = self._run(args, tuple(loop_buffers))
+        registers = iter(sums[1:])
+        grads = []
+        for (kind, shape, dtype, is_array), buffer in zip(self.gradients, buffers):
+            if kind == REGISTER:
+                g = np.full(shape, next(registers), dtype)
+                grads.append(g if is_array else g[()])
+            else:
+                grads.append(buffer.astype(dtype, copy=False))
+        return self.scalar_type(sums[0]), (grads[0] if self.single else tuple(grads))
+
+    # ------------------------------------------------------------------ running the loop
+
+    def _run(self, args, outputs):
+        """Run the loop over ``args`` into ``outputs``; for the sum modes, return the
+        row ``(sum, register gradients...)`` added up over the chunks in order."""
+        operands = self.plan.operands_for(args)
+        sums = self.mode in ("sum", "sum_partials")
+        if sums:
+            totals = np.empty((self.nchunks, self.totals_width))
+            outputs += (totals,)
+        try:
+            if self.compiled and self.splittable and self.size >= config.parallel_threshold \
+                    and config.threads > 1:
+                run_chunks(partial(self._chunks, operands + outputs), self.nchunks,
+                           config.threads)
+            else:
+                self.loop(self.plan.loop_shape, 0, self.nchunks, self.rows, *operands, *outputs)
+        except ZeroDivisionError as err:
+            # Numba's float ** negative-int raises at 0 whatever the error model
+            # (dual powers do not: they give inf like NumPy).  Say where it came from.
+            raise ZeroDivisionError(
+                f"@fast_broadcast kernel {self.kernel.__name__!r}: {err} (Numba raises for "
+                f"0.0 ** negative int; write 1.0 / x ** n to get inf)") from err
+        except NumbaError as err:
+            self.kernel._diagnose(self.loop.spec, operands, err)
+        self.compiled = True
+        if sums:
+            return totals[0] if self.nchunks == 1 else np.add.reduce(totals, axis=0)
+        return None
+
+    def _chunks(self, loop_args, lo, hi):
+        self.loop(self.plan.loop_shape, lo, hi, self.rows, *loop_args)
+
+
+def _storable(dtype):
+    # Gradients are stored in the argument's dtype where Numba can store it.
+    return dtype if dtype in (np.float32, np.float64) else np.dtype(np.float64)
