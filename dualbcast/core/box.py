@@ -11,8 +11,8 @@ import operator
 
 import numpy as np
 
-from .registry import (CONSTANT_FUNCTIONS, CONSTANT_UFUNCS, FUNCTION_RULES, SCALAR_UFUNC_VJPS,
-                       UFUNC_VJPS)
+from .registry import (CONSTANT_FUNCTIONS, CONSTANT_UFUNCS, FUNCTION_RULES,
+                       SCALAR_LINEAR_PARTIALS, SCALAR_UFUNC_VJPS, UFUNC_VJPS)
 
 _NO_KWARGS = {}
 
@@ -138,20 +138,32 @@ def _binary(ufunc, op):
     # would untraced (Python floats stay Python floats, and are ~15x faster than a
     # ufunc call on scalars); the gradient rule is the ufunc's.
     def forward(self, other):
-        return _operator(ufunc, op, (self, other))
+        return _operator(ufunc, op, self, other)
 
     def reflected(self, other):
-        return _operator(ufunc, op, (other, self))
+        return _operator(ufunc, op, other, self)
     return forward, reflected
 
 
-def _operator(ufunc, op, args):
+def _operator(ufunc, op, x, y):
+    linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
+    if linear is not None and type(x) is Box and type(y) is Box:
+        # The hottest path of scalar code (a fold): traced x + y, x - y, x * y.
+        tape = x.tape
+        if y.tape is tape and not tape.closed:
+            xv, yv = x.value, y.value
+            ans = op(xv, yv)
+            if type(ans) is not np.ndarray:
+                values = tape.values
+                slot = len(values)
+                values.append(ans)
+                tape.records.append((slot, (x.slot, y.slot), linear(xv, yv)))
+                return Box(ans, slot, tape)
     vjps = UFUNC_VJPS.get(ufunc)
     if vjps is None:
         if ufunc in CONSTANT_UFUNCS:
-            return op(unbox(args[0]), unbox(args[1]))
-        return call_ufunc(ufunc, args)      # raises NotImplementedError naming the ufunc
-    x, y = args
+            return op(unbox(x), unbox(y))
+        return call_ufunc(ufunc, (x, y))    # raises NotImplementedError naming the ufunc
     # The hot path of scalar code (the fold of the control-flow seed): ``apply`` and
     # ``record`` unrolled for two arguments of which one or both are traced.
     # ``saved``: what the record keeps for the backward pass (constants snapshotted).
@@ -159,7 +171,7 @@ def _operator(ufunc, op, args):
         tape = x.tape
         if type(y) is Box:
             if y.tape is not tape:
-                return apply(op, vjps, args)      # raises the mixed-traces error
+                return apply(op, vjps, (x, y))    # raises the mixed-traces error
             ans = op(x.value, y.value)
             parents, argnums, saved = (x.slot, y.slot), _BOTH, (x.value, y.value)
         else:
@@ -170,11 +182,20 @@ def _operator(ufunc, op, args):
         ans = op(x, y.value)
         parents, argnums, saved = (y.slot,), _SECOND, (snapshot(x), y.value)
     if tape.closed or None in vjps:
-        return apply(op, vjps, args)              # the general path and its errors
-    if type(ans) is not np.ndarray:
-        vjps = SCALAR_UFUNC_VJPS.get(ufunc, vjps)
+        return apply(op, vjps, (x, y))            # the general path and its errors
     values = tape.values
     slot = len(values)
+    if type(ans) is not np.ndarray:
+        linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
+        if linear is not None:
+            # x + y, x - y, x * y on scalars: the local partials are the operands or
+            # constants, so the record keeps them and backward only multiplies.
+            dx, dy = linear(*saved)
+            partials = (dx, dy) if argnums is _BOTH else (dx,) if argnums is _FIRST else (dy,)
+            values.append(ans)
+            tape.records.append((slot, parents, partials))
+            return Box(ans, slot, tape)
+        vjps = SCALAR_UFUNC_VJPS.get(ufunc, vjps)
     values.append(ans)
     tape.records.append((slot, parents, argnums, vjps, ans, saved, _NO_KWARGS))
     return Box(ans, slot, tape)

@@ -1,6 +1,8 @@
 """Nested tuples, lists, dicts and namedtuples of leaves ("pytrees"), flattened and
 rebuilt: how arguments, gradients and cotangents keep their user's structure."""
 
+import numpy as np
+
 LEAF = "leaf"
 
 
@@ -10,10 +12,22 @@ def flatten(tree):
     return leaves, _flatten(tree, leaves)
 
 
+# Types that are always leaves: a flat tuple of them (the common case) is flattened
+# without a call per element.
+_LEAF_TYPES = frozenset({float, int, bool, np.ndarray, np.float64, np.float32, np.float16})
+
+
 def _flatten(node, leaves):
     kind = type(node)
     if kind is tuple or kind is list:
-        return (kind, None, tuple(_flatten(child, leaves) for child in node))
+        children = []
+        for child in node:
+            if type(child) in _LEAF_TYPES:
+                leaves.append(child)
+                children.append(LEAF)
+            else:
+                children.append(_flatten(child, leaves))
+        return (kind, None, tuple(children))
     if isinstance(node, tuple) and hasattr(node, "_fields"):          # namedtuple
         return (kind, None, tuple(_flatten(child, leaves) for child in node))
     if isinstance(node, dict):
@@ -64,7 +78,8 @@ def _unflatten(treedef, leaves):
     kind, keys, children = treedef
     if kind is None:
         return None
-    rebuilt = [_unflatten(child, leaves) for child in children]
+    rebuilt = [next(leaves) if child is LEAF else _unflatten(child, leaves)
+               for child in children]
     if kind is tuple or kind is list:
         return kind(rebuilt)
     if keys is None:                                                    # namedtuple

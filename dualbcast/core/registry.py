@@ -4,6 +4,9 @@
   None for an input no gradient flows through.
 - ``SCALAR_UFUNC_VJPS[ufunc]``: the same vjps for a call whose result is a scalar (so
   every input was one): nothing to unbroadcast, the hot path of scalar code.
+- ``SCALAR_LINEAR_PARTIALS[ufunc]``: for the two-argument ufuncs whose local partials
+  cost nothing to form (``add``, ``subtract``, ``multiply``), ``partials(x, y) -> (dx,
+  dy)`` on scalars: the record keeps them and the backward pass only multiplies.
 - ``CONSTANT_UFUNCS``: ufuncs whose derivative is zero almost everywhere (comparisons,
   ``floor``, ``sign``...): computed on the values, the result is a plain constant.
 - ``FUNCTION_RULES[func]``: a callable taking ``func``'s arguments (traced or not) for
@@ -13,6 +16,7 @@
 """
 UFUNC_VJPS = {}
 SCALAR_UFUNC_VJPS = {}
+SCALAR_LINEAR_PARTIALS = {}
 CONSTANT_UFUNCS = set()
 FUNCTION_RULES = {}
 CONSTANT_FUNCTIONS = set()

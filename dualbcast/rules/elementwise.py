@@ -12,7 +12,8 @@ side at a tie, and a zero cotangent meeting an infinite local derivative gives 0
 """
 import numpy as np
 
-from ..core.registry import CONSTANT_UFUNCS, SCALAR_UFUNC_VJPS, UFUNC_VJPS
+from ..core.registry import (CONSTANT_UFUNCS, SCALAR_LINEAR_PARTIALS, SCALAR_UFUNC_VJPS,
+                             UFUNC_VJPS)
 from .common import nan_safe, shape_of, unbroadcast
 
 LN2, LN10 = np.log(2.0), np.log(10.0)
@@ -73,11 +74,21 @@ elementwise(np.rad2deg, lambda g, ans, x: g * (180.0 / np.pi))
 elementwise(np.add, lambda g, ans, x, y: g, lambda g, ans, x, y: g)
 elementwise(np.subtract, lambda g, ans, x, y: g, lambda g, ans, x, y: -g)
 elementwise(np.multiply, lambda g, ans, x, y: nan_safe(g, y), lambda g, ans, x, y: nan_safe(g, x))
+SCALAR_LINEAR_PARTIALS[np.add] = lambda x, y: (1.0, 1.0)
+SCALAR_LINEAR_PARTIALS[np.subtract] = lambda x, y: (1.0, -1.0)
+SCALAR_LINEAR_PARTIALS[np.multiply] = lambda x, y: (y, x)
 elementwise(np.true_divide, lambda g, ans, x, y: nan_safe(g, np.divide(1.0, y)),
             lambda g, ans, x, y: nan_safe(-g, np.divide(x, y) / y))
+_NUMPY_FLOATS = (np.float64, np.float32)
+
+
 def _power_dx(g, ans, x, y):
     # d/dx x**y: y * x**(y-1), 0 for y == 0 (never 0 * inf at x == 0).  A scalar
     # exponent (x ** 2, the common case) needs no np.where.
+    if type(x) in _NUMPY_FLOATS and type(y) in (int, float):
+        # NumPy scalar arithmetic: np.power's results (inf at 0, no exception) without
+        # a ufunc call.
+        return nan_safe(g, y * x ** (y - 1.0) if y != 0 else type(x)(0.0))
     if isinstance(y, (int, float, np.number)):
         local = y * np.power(x, y - 1.0) if y != 0 else np.zeros_like(np.multiply(x, 0.0))
         return nan_safe(g, local)
