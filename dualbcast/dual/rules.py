@@ -12,8 +12,9 @@ from .dualtype import REAL, DualType, make_dual, value_of
 from .table import (BINARY, PIECEWISE_CONSTANT_BINARY, PIECEWISE_CONSTANT_UNARY, PREDICATES,
                     UNARY)
 
-#: Rules divide by zero on purpose (d log at 0 is +inf): NumPy's error model.
-JIT_OPTIONS = {"error_model": "numpy"}
+#: Rules divide by zero on purpose (d log at 0 is +inf): NumPy's error model.  Forced
+#: inlining: a kernel loop is only vectorised when every call in it is inlined.
+JIT_OPTIONS = {"error_model": "numpy", "forceinline": True}
 
 
 def overload(fn):

@@ -48,7 +48,9 @@ class FastBroadcast:
         # math.exp & co (see dualbcast.vmath).
         self.libm = libm
         compiled_func = py_func if libm else with_vector_math(py_func)
-        self.scalar_kernel = numba.njit(**self._jit_options)(compiled_func)
+        # Inlined into the loops wherever it is called (LLVM only vectorises a loop
+        # with no calls left in it).
+        self.scalar_kernel = numba.njit(**self._jit_options, forceinline=True)(compiled_func)
         self._loops = {}
         self._prepared = {}
 

@@ -27,7 +27,7 @@ from numba.extending import overload
 
 from . import explog, trig
 
-_JIT_OPTIONS = {"error_model": "numpy"}
+_JIT_OPTIONS = {"error_model": "numpy", "forceinline": True}
 _IMPLEMENTATIONS = {
     math.exp: explog.exp, math.expm1: explog.expm1, math.log: explog.log,
     math.log1p: explog.log1p, math.tanh: explog.tanh, math.sin: trig.sin, math.cos: trig.cos,

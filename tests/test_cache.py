@@ -1,0 +1,122 @@
+"""The on-disk cache of compiled loops: a second process loads instead of compiling,
+and any edit the machine code depends on (the kernel, a helper it calls, a global
+number it reads) compiles afresh instead of loading a stale loop."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import dualbcast as db
+
+KERNEL_MODULE = '''
+import math
+import numba
+import dualbcast as db
+
+SCALE = {scale}
+
+@numba.njit
+def helper(r):
+    return r + {shift}
+
+@db.fast_broadcast
+def rho(r):
+    return SCALE * math.exp(-3.0 * helper(r))
+'''
+
+RUN = '''
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import kernels
+total, grad = kernels.rho.sum_and_partials(np.linspace(0.0, 1.0, 7))
+loops = list(kernels.rho._loops.values())
+print(json.dumps({
+    "total": float(total), "grad0": float(grad[0]),
+    "hits": sum(sum(loop.stats.cache_hits.values()) for loop in loops),
+    "misses": sum(sum(loop.stats.cache_misses.values()) for loop in loops),
+}))
+'''
+
+
+def _run(tmp_path, cache_dir, scale=2.0, shift=1.0):
+    source_dir = tmp_path / "src"
+    source_dir.mkdir(exist_ok=True)
+    (source_dir / "kernels.py").write_text(KERNEL_MODULE.format(scale=scale, shift=shift))
+    env = dict(os.environ)
+    if cache_dir is None:
+        env.pop("DUALBCAST_CACHE_DIR", None)
+        env["HOME"] = str(tmp_path / "home")          # the default cache would go there
+        env.pop("XDG_CACHE_HOME", None)
+        code = "import dualbcast; dualbcast.config.cache_dir = None\n" + RUN
+    else:
+        env["DUALBCAST_CACHE_DIR"] = str(cache_dir)
+        code = RUN
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(source_dir)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _expected(scale, shift):
+    x = np.linspace(0.0, 1.0, 7)
+    values = scale * np.exp(-3.0 * (x + shift))
+    return values.sum(), -3.0 * values[0]
+
+
+def test_a_second_process_loads_the_loop_instead_of_compiling(tmp_path):
+    first = _run(tmp_path, tmp_path / "cache")
+    second = _run(tmp_path, tmp_path / "cache")
+    assert (first["hits"], first["misses"]) == (0, 1)
+    assert (second["hits"], second["misses"]) == (1, 0)
+    assert first["total"] == second["total"] and first["grad0"] == second["grad0"]
+    np.testing.assert_allclose((second["total"], second["grad0"]), _expected(2.0, 1.0),
+                               rtol=1e-14)
+
+
+@pytest.mark.parametrize("edit", [{"scale": 3.0}, {"shift": 0.5}],
+                         ids=["a global number the kernel reads", "a helper it calls"])
+def test_an_edit_the_loop_depends_on_compiles_afresh(tmp_path, edit):
+    _run(tmp_path, tmp_path / "cache")
+    edited = _run(tmp_path, tmp_path / "cache", **edit)
+    assert (edited["hits"], edited["misses"]) == (0, 1)
+    want = _expected(edit.get("scale", 2.0), edit.get("shift", 1.0))
+    np.testing.assert_allclose((edited["total"], edited["grad0"]), want, rtol=1e-14)
+    # and the old version is still cached beside it
+    again = _run(tmp_path, tmp_path / "cache")
+    assert (again["hits"], again["misses"]) == (1, 0)
+
+
+def test_with_the_cache_off_nothing_is_written(tmp_path):
+    result = _run(tmp_path, None)
+    assert (result["hits"], result["misses"]) == (0, 1)
+    assert not (tmp_path / "home").exists()
+
+
+def test_an_unusable_cache_directory_only_means_no_cache(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    result = _run(tmp_path, blocker / "cache")
+    np.testing.assert_allclose((result["total"], result["grad0"]), _expected(2.0, 1.0),
+                               rtol=1e-14)
+
+
+def test_kernels_reading_unfingerprintable_values_are_compiled_without_the_cache(tmp_path):
+    saved = db.config.cache_dir
+    db.config.cache_dir = str(tmp_path)
+    try:
+        table = {"a": 1.0}                      # a dict: Numba cannot freeze it anyway
+
+        @db.fast_broadcast
+        def lookup(x):
+            return x * 2.0 if table else x
+
+        with pytest.raises(db.KernelCompileError):
+            lookup(np.ones(3))
+        assert os.listdir(tmp_path) == []
+    finally:
+        db.config.cache_dir = saved
