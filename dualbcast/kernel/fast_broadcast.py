@@ -82,12 +82,14 @@ class FastBroadcast:
         args = self._bind(args, kwargs)
         return self._prepare("partials", args, wrt).value_and_partials(args)
 
-    def sum_and_partials(self, *args, wrt=0, **kwargs):
+    def sum_and_partials(self, *args, wrt=0, out=None, **kwargs):
         """``sum(k(*args))`` and its gradient with respect to each ``wrt`` argument, at
         that argument's own shape and dtype.  A broadcast argument's gradient is
-        reduced inside the loop: no temporary of the broadcast size is allocated."""
+        reduced inside the loop: no temporary of the broadcast size is allocated.
+        ``out`` (an array, or a tuple with one array or None per ``wrt`` argument)
+        receives the gradients instead of new arrays: repeated calls allocate nothing."""
         args = self._bind(args, kwargs)
-        return self._prepare("sum_partials", args, wrt).sum_and_partials(args)
+        return self._prepare("sum_partials", args, wrt).sum_and_partials(args, out)
 
     @property
     def specializations(self):

@@ -59,9 +59,13 @@ class PreparedCall:
             out, parts = out[()], [p[()] for p in parts]
         return out, (parts[0] if self.single else tuple(parts))
 
-    def sum_and_partials(self, args):
+    def sum_and_partials(self, args, out=None):
+        """``out``: None, or per gradient None or the array to write it into."""
+        if out is not None:
+            out = self._check_out(out)
         if self.all_stored:
-            grads = [np.empty(shape, dtype) for _, shape, dtype, _ in self.gradients]
+            grads = [np.empty(shape, dtype) if out is None or out[j] is None else out[j]
+                     for j, (_, shape, dtype, _) in enumerate(self.gradients)]
             sums = self._run(args, tuple(g.reshape(-1) for g in grads))
             return self.scalar_type(sums[0]), (grads[0] if self.single else tuple(grads))
         buffers, loop_buffers = [], []
@@ -83,7 +87,34 @@ class PreparedCall:
                 grads.append(g if is_array else g[()])
             else:
                 grads.append(buffer.astype(dtype, copy=False))
+        if out is not None:
+            grads = [g if target is None else _copied_into(target, g)
+                     for g, target in zip(grads, out)]
         return self.scalar_type(sums[0]), (grads[0] if self.single else tuple(grads))
+
+    def _check_out(self, out):
+        """``out`` as one entry per gradient, each None or an array to write into,
+        which must be exactly what would be returned: shape, dtype, writeable (and
+        C-contiguous, so the loop can store into it)."""
+        name = self.kernel.__name__
+        if self.single:
+            out = (out,)
+        elif not isinstance(out, (tuple, list)) or len(out) != len(self.gradients):
+            raise TypeError(f"{name}.sum_and_partials: out must be a tuple of "
+                            f"{len(self.gradients)} arrays (or None), one per wrt argument")
+        for target, (_, shape, dtype, is_array) in zip(out, self.gradients):
+            if target is None:
+                continue
+            if type(target) is not np.ndarray or target.shape != shape \
+                    or target.dtype != dtype:
+                got = (f"{type(target).__name__} of shape {np.shape(target)} and dtype "
+                       f"{getattr(target, 'dtype', None)}")
+                raise ValueError(f"{name}.sum_and_partials: out must be an array of shape "
+                                 f"{shape} and dtype {dtype} (the gradient's); got {got}")
+            if not target.flags.writeable or not target.flags.c_contiguous:
+                raise ValueError(f"{name}.sum_and_partials: out must be writeable and "
+                                 f"C-contiguous")
+        return tuple(out)
 
     # ------------------------------------------------------------------ running the loop
 
@@ -117,6 +148,11 @@ class PreparedCall:
 
     def _chunks(self, loop_args, lo, hi):
         self.loop(self.plan.loop_shape, lo, hi, self.rows, *loop_args)
+
+
+def _copied_into(target, gradient):
+    target[...] = gradient
+    return target
 
 
 def _storable(dtype):

@@ -12,64 +12,84 @@ libm calls.
 How the code stays vectorisable
     No branches but ``a if c else b`` on values already computed (LLVM turns them into
     selects); no libm calls, loops or exceptions (``error_model="numpy"``: no division
-    checks); frexp/ldexp by integer arithmetic on the bits (``bits.float_bits``); int64 to
-    double through the 1.5 * 2**52 trick (AVX2 has no vcvtqq2pd); every helper is
-    ``forceinline`` (LLVM ``alwaysinline``: a call left in the loop would stop the
-    vectoriser); polynomials in Estrin's scheme.  Exact products use ``llvm.fma`` when the
-    target CPU has FMA and Dekker's splitting otherwise (same results, slower).
+    checks); frexp/ldexp by integer arithmetic on the bits (``bits.float_bits``), with
+    logical shifts only (AVX2 has no vpsraq); int64 to double through the 1.5 * 2**52 trick
+    (AVX2 has no vcvtqq2pd: a conversion would be scalarised); clamps as one vmaxpd and one
+    vminpd (``_clamp``); every helper is ``forceinline`` (LLVM ``alwaysinline``: a call left
+    in the loop would stop the vectoriser); polynomials in Estrin's scheme.  Exact products
+    use ``llvm.fma`` when the target CPU has FMA, Dekker's splitting otherwise (exact too,
+    slower; the errors below are measured with FMA).
 
-Methods (x = k ln2 + r with |r| <= ln2/2, r kept as a double-double; x = 2**e m with m in
-[sqrt(1/2), sqrt(2)), s = (m - 1)/(m + 1) as a double-double):
-    exp     e**r = 1 + r + r**2/2 + r**3 v(r) (v minimax, degree 9), the three leading terms
-            summed exactly, one rounding; times 2**k in two steps (overflow to inf;
-            gradual underflow, where the result is rounded twice).
-    expm1   expm1(r) in double-double (r + r**2/2 + r**3/6 exact, + r**4 v(r)), then
-            2**k ((1 - 2**-k) + expm1(r)) with 1 - 2**-k an exact double-double: no
-            cancellation error for small x or small k.  x = -0 returns -0.
-    tanh    E / (E + 2) with E = expm1(2|x|) as above, divided in double-double; the sign
+Speed: a loop over these is bound by the out-of-order window (long dependency chains of
+~40-70 vector operations per element), so every operation and every cycle of latency on the
+chain costs; the methods below spend them only where the error needs it.
+
+Methods (x = k ln2 + r, |r| <= ln2/2; x = 2**e (1 + f), 1 + f in [sqrt(1/2), sqrt(2))):
+    exp     k = rint(x / ln2) by the shift trick, r = x - k ln2 in two FMAs (ln2 as two
+            doubles, the first product exact); e**r = 1 + r + r**2 q(r) (q minimax, degree
+            9, Estrin), 1 + r split exactly into hi + lo, lo folded into the polynomial,
+            hi + rest rounded once; times 2**k as two exponent-bit factors (overflow to inf;
+            gradual underflow, where the result is rounded twice).  Plain doubles
+            otherwise: the rounding of r costs up to ~0.2 ulp, the cheapest to lose.
+    expm1   as exp, with e**r - 2**-k = (1 - 2**-k) + r + r**2/2 + r**3 v(r): the first
+            three terms summed exactly (1 - 2**-k by two-sum, r**2/2 by FMA), r's rounding
+            compensated, then times 2**k: no cancellation error for small x or k = +-1.
+            x = -0 returns -0.
+    tanh    E / (E + 2) with E = expm1(2|x|) kept as a double-double, E + 2 by two-sum,
+            one division for 1/(E + 2) and an FMA residual correcting the quotient; the sign
             copied from x; |x| > 20 gives +-1.
-    log     e ln2 + 2 atanh(s) = e ln2 + 2s + s z P(z), z = s**2 (P minimax, degree 7);
-            e ln2 + 2s exact, one rounding.
+    log     fdlibm's: s = f / (2 + f) (one division: s only enters a term under 7% of the
+            result) and log(1 + f) = f - f**2/2 + s (f**2/2 + R(s**2)), R minimax;
+            e ln2_hi + f - f**2/2 summed exactly (two-sums, FMA for f**2/2), the rest
+            rounded once.
     log1p   1 + x = u + v exactly (two-sum); log u (as log) + v / u; |x| < 2**-30:
             x - x**2/2.
-    pow     exp(y log|x|) with log|x| to ~2**-70 (the atanh series summed in double-double,
-            the degree 7 tail H minimax), y log|x| an exact product, exp of a
-            double-double as in exp; then the sign (x < 0: y odd flips it, y not an
-            integer gives NaN) and the C99 special cases as selects: pow(x, +-0) = 1 and
-            pow(1, y) = 1 even for NaN, pow(+-0, y) and pow(+-inf, y) with the sign for odd
-            integer y, pow(x, +-inf) by |x| vs 1 (pow(-1, +-inf) = 1), any other NaN -> NaN.
+    pow     exp(y log|x|) with log|x| to ~2**-70 (s = (m - 1)/(m + 1) corrected to a
+            double-double, the atanh series summed in double-double, the degree 7 tail H
+            minimax), y log|x| an exact product, exp of a double-double (e**r = 1 + r +
+            r**2/2 + r**3 v(r) in double-double); then the sign (x < 0: y odd flips it, y
+            not an integer gives NaN) and the C99 special cases as selects: pow(x, +-0) = 1
+            and pow(1, y) = 1 even for NaN, pow(+-0, y) and pow(+-inf, y) with the sign for
+            odd integer y, pow(x, +-inf) by |x| vs 1 (pow(-1, +-inf) = 1), any other NaN ->
+            NaN.
 Special values follow C99 as NumPy does: NaN -> NaN (a NaN's sign bit may differ from
 NumPy's), +-inf, signed zeros (expm1/log1p/tanh(-0) = -0), log(0) = -inf, log(x < 0) =
 NaN, log1p(-1) = -inf, subnormal inputs and results.  Floating-point exception flags and
 errno are not set.
 
-Measured accuracy: max error in ulp against x87 long double (``tests/ulp.py``), over ~2e7
+Measured accuracy: max error in ulp against x87 long double (``tests/ulp.py``), over ~1-2e7
 inputs per function and precision: random bit patterns (every exponent, both signs), dense
-samples of the main interval, values near 0, and thresholds and special values (the tests
-assert slightly larger bounds)::
+samples of the main interval and of the intervals where the error peaks, values near 0,
+and thresholds and special values (the tests assert slightly larger bounds)::
 
     function  float64                             float32 (the float64 result rounded)
-    exp       0.534; 0.75 for subnormal results   0.500
-    expm1     0.510                               0.500
-    log       0.543                               0.500
-    log1p     0.541                               0.500
-    tanh      0.508                               0.500
+    exp       0.827; 0.84 for subnormal results   0.500
+    expm1     0.830                               0.500
+    log       0.659                               0.500
+    log1p     0.660                               0.500
+    tanh      0.706                               0.500
     pow       0.535; 0.75 for subnormal results   0.500
 
 Measured speed: ns per element of a 10**6-element ``out[i] = f(x[i])`` Numba loop, ours
 vs ``math.f`` (libm, called per element; expf etc. for float32) in the same loop; one core
-of an x86-64 Zen 3 at 2.45 GHz (AVX2 + FMA), best of 25 runs::
+of an AMD EPYC (Zen 3, AVX2 + FMA, 2.45 GHz nominal, ~3.2 GHz measured), best of many runs
+on a noisy VM (run-to-run differences up to ~10%)::
 
     function  inputs                            float64: ours  libm   float32: ours  libm
-    exp       U(-5, 5)                                   1.9    4.9            2.4    2.6
-    exp       U(-700, 700)                               1.9    9.6            2.4   14.4
-    expm1     U(-5, 5)                                   3.8   12.8            4.4   13.9
-    log       e**U(-700, 700)                            2.2    4.3            2.8    7.6
-    log1p     U(-0.9, 10)                                3.0   12.6            3.4   12.6
-    tanh      U(-5, 5)                                   5.1   17.5            5.8   18.6
-    pow       x = e**U(-5, 5), y = U(-50, 50)            9.7   14.0           11.6   15.7
+    exp       U(-5, 5)                                   1.2    4.9            1.4    2.7
+    exp       U(-700, 700)                               1.2    9.5            1.3   11.6
+    expm1     U(-5, 5)                                   2.3   12.8            2.7   17.0
+    log       e**U(-700, 700)                            1.9    4.6            2.1    8.5
+    log1p     U(-0.9, 10)                                2.2   12.4            2.6   12.7
+    tanh      U(-5, 5)                                   3.4   17.4            3.5   23.1
+    pow       x = e**U(-5, 5), y = U(-50, 50)            9.7   14.0           11.4   17.1
+
+The fused loop ``e = exp(-3 (x[i] + 1)); total += e; g[i] = -3 e`` (reassociated sum),
+x = U(0, 3), ``numba.njit(fastmath={"reassoc"})``: 1.4 ns per element (``math.exp``:
+6.3).
 """
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
 from numba.core import codegen as _codegen, config as _config
 from numba.core.errors import TypingError
@@ -93,24 +113,31 @@ _SIGN = -0x7FFFFFFFFFFFFFFF - 1      # the sign bit as an int64
 _INV_LN2 = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01  # 32 significant bits: k * _LN2_HI exact for |k| < 2**21
 _LN2_LO = 1.90821492927058770002e-10  # ln 2 - _LN2_HI
+_ONE_BITS = 0x3FF0000000000000       # bits of 1.0
+_EXP_MASK = -0x10000000000000         # 0xFFF0000000000000: sign and exponent bits
 _SQRT_HALF_BITS = 0x3FE6A09E667F3BCD  # bits of sqrt(1/2), the lower end of log's m
+_MANT_MASK = 0x000FFFFFFFFFFFFF
+_LOG_U = (2048 << 52) - _SQRT_HALF_BITS  # 2**63 - ...: an int64
+_LOG_U_TINY = _LOG_U - (64 << 52)
 _THIRD_HI, _THIRD_LO = 0.3333333333333333, 1.850371707708594e-17
 _FIFTH_HI, _FIFTH_LO = 0.2, -1.1102230246251566e-17
-_SIXTH_HI, _SIXTH_LO = 0.16666666666666666, 9.25185853854297e-18
 
 _EXP_V = (0.16666666666666669, 0.041666666666666664, 0.008333333333329796,
           0.0013888888888886363, 0.00019841269864364933, 2.4801587318080937e-05,
           2.7557266442353424e-06, 2.7557281528710364e-07, 2.5101335854788522e-08,
           2.0911915299044694e-09)
-_EXPM1_V = (0.041666666666666664, 0.008333333333333333, 0.0013888888888885724,
-            0.00019841269841267732, 2.4801587321119614e-05, 2.7557319237005467e-06,
-            2.755727702983205e-07, 2.5052080259835136e-08, 2.0913954834682796e-09,
-            1.608383984091234e-10)
+# (e**r - 1 - r - r**2/2) / r**3 on [-ln2/2, ln2/2], minimax degree 9 (expm1)
+_EXPM1_V = (0.16666666666666674, 0.041666666666666664, 0.008333333333322361,
+            0.00138888888888845, 0.0001984126988616172, 2.4801587325718352e-05,
+            2.7557242785609606e-06, 2.755727191924164e-07, 2.51098922426734e-08,
+            2.0915695535286395e-09)
 _LOG_H = (0.14285714285714285, 0.1111111111111148, 0.09090909090647106, 0.0769230776320522,
           0.06666657258257504, 0.05883029381949927, 0.05236334295140812,
           0.053097569132606826)
-_LOG_P = (0.6666666666666666, 0.4000000000000089, 0.2857142857079543, 0.2222222239356661,
-          0.18181795442371984, 0.1538625044794019, 0.13268485680654427, 0.13089629160674623)
+# fdlibm's log: R(z) = z (Lg1 + z Lg2 + ... + z**6 Lg7), error < 2**-58.45.
+_LOG_R = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01,
+          2.222219843214978396e-01, 1.818357216161805012e-01, 1.531383769920937332e-01,
+          1.479819860511658591e-01)
 
 
 # --- error-free transformations -------------------------------------------------------
@@ -124,6 +151,15 @@ def _target_has_fma():
 
 _HAS_FMA = _target_has_fma()
 
+# exp's reduction x - k ln2 = r1 - k _EXP_LN2_LO with r1 exact: with an FMA, r1 =
+# fma(-k, ln2, x) for the double nearest ln2; without, x - k * _LN2_HI (32 bits).
+_EXP_LN2_HI = 0.6931471805599453 if _HAS_FMA else _LN2_HI
+_EXP_LN2_LO = 2.3190468138462996e-17 if _HAS_FMA else _LN2_LO
+# (e**r - 1 - r) / r**2 on [-ln2/2, ln2/2], minimax degree 9 (exp), relative error 2**-56.9
+_EXP_Q = (0.500000000000001, 0.16666666666666669, 0.04166666666652399, 0.008333333333326844,
+          0.001388888894726202, 0.00019841269875848277, 2.4801487910440537e-05,
+          2.7557252261781115e-06, 2.763245052662177e-07, 2.5106860987802246e-08)
+
 
 @intrinsic
 def _fma(typingctx, a, b, c):
@@ -134,6 +170,32 @@ def _fma(typingctx, a, b, c):
     def codegen(context, builder, signature, args):
         return builder.fma(*args)
     return types.float64(a, b, c), codegen
+
+
+@intrinsic
+def _clamp(typingctx, x, lo, hi):
+    """min(max(x, lo), hi) keeping a NaN x: ``x < lo ? lo : x`` and ``x > hi ? hi : x``
+    as selects, which x86 does in one vmaxpd and one vminpd (``a if c else b`` in Python
+    source compiles to a compare and a blend besides)."""
+    if not (x == lo == hi == types.float64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        x, lo, hi = args
+        x = builder.select(builder.fcmp_ordered("<", x, lo), lo, x)
+        return builder.select(builder.fcmp_ordered(">", x, hi), hi, x)
+    return types.float64(x, lo, hi), codegen
+
+
+@intrinsic
+def _lshr52(typingctx, i):
+    """i >> 52 as a logical shift (vpsrlq; AVX2 has no arithmetic vpsraq)."""
+    if i != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.lshr(args[0], ir.Constant(ir.IntType(64), 52))
+    return types.int64(i), codegen
 
 
 @_jit
@@ -212,34 +274,6 @@ def _poly10(x, c):
 # --- exp ------------------------------------------------------------------------------
 
 @_jit
-def _exp_reduce(xh, xl):
-    """xh + xl = k ln2 + (rh + rl), |rh + rl| <= 0.35, for |xh| <= 1100."""
-    t = xh * _INV_LN2 + _SHIFT
-    kd = t - _SHIFT
-    k = float_bits(t) - _SHIFT_BITS
-    rh = xh - kd * _LN2_HI   # exact: kd * _LN2_HI is, and it is within a factor 2 of xh
-    rh, rl = _two_sum(rh, xl - kd * _LN2_LO)
-    return rh, rl, k
-
-
-@_jit
-def _expm1_small(rh, rl):
-    """expm1(rh + rl) as a normalised double-double for |rh + rl| <= 0.36, relative error
-    ~2**-64: r + r**2/2 + r**3/6 in double-double, + r**4 v(r) (v minimax, degree 9)."""
-    qh, ql = _two_prod(rh, rh)                 # r**2
-    ql = _mla(2.0 * rh, rl, ql)
-    ch, cl = _two_prod(qh, rh)                 # r**3
-    cl = _mla(ql, rh, cl)
-    dh, dl = _two_prod(ch, _SIXTH_HI)          # r**3 / 6
-    dl = dl + (ch * _SIXTH_LO + cl * _SIXTH_HI)
-    v = _poly10(rh, _EXPM1_V)
-    sh, sl = _fast_two_sum(rh, 0.5 * qh)
-    sh, t = _fast_two_sum(sh, dh)
-    sl = ((sl + t) + ((rl + 0.5 * ql) + dl)) + qh * qh * v
-    return _fast_two_sum(sh, sl)
-
-
-@_jit
 def _exp_dd(xh, xl):
     """exp(xh + xl) for |xh| <= 1100, |xl| <= ulp(xh)."""
     t = _mla(xh, _INV_LN2, _SHIFT)
@@ -261,50 +295,94 @@ def _exp_dd(xh, xl):
 
 
 @_jit
+def _scale2(k_bits):
+    """(2**(k//2), 2**(k - k//2)) for the bits of _SHIFT + k, |k| <= 2044: two normal
+    doubles whose product is 2**k (which alone may not be one)."""
+    k1 = (k_bits << 51) & _EXP_MASK          # (k >> 1) << 52 (the low bit of k dropped)
+    return bits_float(k1 + _ONE_BITS), bits_float(((k_bits << 52) - k1) + _ONE_BITS)
+
+
+@_jit
 def _exp64(x):
-    x = 1100.0 if x > 1100.0 else x   # keeps NaN; exp(+-1100) overflows / underflows anyway
-    x = -1100.0 if x < -1100.0 else x
-    return _exp_dd(x, 0.0)
+    x = _clamp(x, -1100.0, 1100.0)      # keeps NaN; exp(+-1100) overflows / underflows
+    t = _mla(x, _INV_LN2, _SHIFT)
+    kd = t - _SHIFT                     # k = round(x / ln2)
+    r = _mla(-kd, _EXP_LN2_LO, _mla(-kd, _EXP_LN2_HI, x))   # x - k ln2, |r| <= 0.35
+    hi = 1.0 + r                        # 1 + r = hi + lo exactly
+    lo = (1.0 - hi) + r
+    # e**r = 1 + r + r**2 q(r), q minimax of degree 9 in Estrin's scheme, with lo folded
+    # into its constant term; the sum hi + (lo + r**2 q) rounded once.
+    c = _EXP_Q
+    r2 = r * r
+    r4 = r2 * r2
+    p01 = _mla(c[1], r, c[0])
+    p23 = _mla(c[3], r, c[2])
+    p45 = _mla(c[5], r, c[4])
+    p67 = _mla(c[7], r, c[6])
+    p89 = _mla(c[9], r, c[8])
+    e0 = _mla(r2, p01, lo)
+    e1 = _mla(r2, p45, p23)
+    e2 = _mla(r2, p89, p67)
+    y = hi + _mla(r4, _mla(r4, e2, e1), e0)
+    s1, s2 = _scale2(float_bits(t))
+    return y * s2 * s1
 
 
 # --- expm1 and tanh -------------------------------------------------------------------
 
 @_jit
 def _expm1_parts(x):
-    """expm1(x) = (h + l) * 2**k for x in [-60, 710]."""
-    rh, rl, k = _exp_reduce(x, 0.0)
-    eh, el = _expm1_small(rh, rl)
-    # 2**k (1 + E) - 1 = 2**k (T + E) with T = 1 - 2**-k, a double-double exactly.
-    kt = 100 if k > 100 else k
-    th, tl = _two_sum(1.0, -_pow2(-kt))
-    h, l = _two_sum(th, eh)
-    h, l = _fast_two_sum(h, l + (tl + el))
-    return h, l, k
+    """(yh, yl, t) with expm1(x) = (yh + yl) 2**k, yh + yl = 2**-k e**x - 1 + (rounding
+    below 2**-60 |yh|), and t the bits of _SHIFT + k, for x in [-1100, 1100]:
+    e**r - 2**-k = (1 - 2**-k) + r + r**2 q(r), the first two terms summed exactly."""
+    t = _mla(x, _INV_LN2, _SHIFT)
+    kd = t - _SHIFT
+    r1 = _mla(-kd, _EXP_LN2_HI, x)     # exact
+    m = kd * _EXP_LN2_LO
+    r = r1 - m                          # x - k ln2 = r1 - m, |r| <= 0.35
+    ti = float_bits(t)
+    k1 = (ti << 51) & _EXP_MASK         # 2**-k in two factors (k up to 1100)
+    th, tl = _two_sum(1.0, -(bits_float(_ONE_BITS - k1)
+                             * bits_float(_ONE_BITS - ((ti << 52) - k1))))
+    hi = th + r                         # |th| >= 1/2 > |r| or th = 0: exact sum hi + lo
+    lo = (((th - hi) + r1) - m) + tl
+    r2 = r * r
+    h2 = 0.5 * r2                       # r**2/2 = h2 + l2 exactly
+    l2 = _mla(0.5 * r, r, -h2)
+    s = hi + h2                         # hi + h2 exactly (|hi| >= h2)
+    lo = ((hi - s) + h2) + (lo + l2)
+    hi = s
+    # + r**3 v(r), v minimax of degree 9 in Estrin's scheme, lo folded into the sum (its
+    # error counts up to 3.4 times: e**r - 2**-k may be 0.29 e**r for k = 1)
+    c = _EXPM1_V
+    r4 = r2 * r2
+    e0 = _mla(r2, _mla(c[3], r, c[2]), _mla(c[1], r, c[0]))
+    e1 = _mla(r2, _mla(c[7], r, c[6]), _mla(c[5], r, c[4]))
+    s = _mla(r2 * r, _mla(r4, _mla(r4, _mla(c[9], r, c[8]), e1), e0), lo)
+    yh = hi + s
+    return yh, (hi - yh) + s, ti
 
 
 @_jit
 def _expm1_64(x):
-    xc = 710.0 if x > 710.0 else x    # keeps NaN
-    xc = -60.0 if xc < -60.0 else xc  # expm1(-60) rounds to -1
-    h, l, k = _expm1_parts(xc)
-    k1 = k >> 1
-    r = (h + l) * _pow2(k1) * _pow2(k - k1)
+    yh, yl, ti = _expm1_parts(_clamp(x, -40.0, 1100.0))   # expm1(-40) rounds to -1
+    s1, s2 = _scale2(ti)
+    r = yh * s2 * s1
     return x if x == 0.0 else r       # expm1(-0) = -0
 
 
 @_jit
 def _tanh64(x):
-    a = abs(x)
-    a = 20.0 if a > 20.0 else a       # tanh(20) rounds to 1; keeps NaN
-    h, l, k = _expm1_parts(2.0 * a)
-    p = _pow2(k)
-    eh = h * p                        # expm1(2a) = eh + el, exactly scaled
-    el = l * p
+    a = _clamp(abs(x), 0.0, 20.0)     # tanh(20) rounds to 1; keeps NaN
+    yh, yl, ti = _expm1_parts(2.0 * a)
+    p = bits_float((ti << 52) + _ONE_BITS)   # 2**k, k in [0, 58]
+    eh = yh * p                       # expm1(2a) = eh + el, exactly scaled
+    el = yl * p
     dh, dl = _two_sum(2.0, eh)
     dl = dl + el
-    th = eh / dh                      # tanh a = E / (E + 2), divided in double-double
-    ph, pl = _two_prod(th, dh)
-    tl = ((((eh - ph) - pl) + el) - th * dl) / dh
+    inv = 1.0 / dh                    # tanh a = E / (E + 2), divided in double-double:
+    th = eh * inv                     # th, then the exact residual (eh - th dh) ...
+    tl = ((_mla(-th, dh, eh) + el) - th * dl) * inv
     r = th + tl
     return bits_float(float_bits(r) | (float_bits(x) & _SIGN))
 
@@ -312,16 +390,22 @@ def _tanh64(x):
 # --- log ------------------------------------------------------------------------------
 
 @_jit
+def _log_bits(x):
+    """u for _log_fast: its top 12 bits e + 2048, in [974, 3072], its low 52 bits those of
+    (x's bits - those of sqrt(1/2)), where x = 2**e (1 + f), 1 + f in [sqrt(1/2), sqrt(2));
+    for subnormal x, from x 2**64 (e - 64)."""
+    u_tiny = float_bits(x * 18446744073709551616.0) + _LOG_U_TINY
+    u = float_bits(x) + _LOG_U
+    return u_tiny if x < _TINY else u
+
+
+@_jit
 def _log_reduce(x):
     """(e, sh, sl) for finite x > 0 = 2**e m, m in [sqrt(1/2), sqrt(2)): e as a float and
     s = (m - 1)/(m + 1) = sh + sl, |s| < 0.1716; log x = e ln2 + 2 atanh(s)."""
-    tiny = x < _TINY
-    x = x * 18446744073709551616.0 if tiny else x   # subnormals: scale by 2**64
-    ix = float_bits(x)
-    e = (ix - _SQRT_HALF_BITS) >> 52
-    m = bits_float(ix - (e << 52))
-    ed = bits_float(e + _SHIFT_BITS) - _SHIFT        # float(e); AVX2 has no cvtqq2pd
-    ed = ed - 64.0 if tiny else ed
+    u = _log_bits(x)
+    ed = bits_float(_lshr52(u) | _SHIFT_BITS) - (_SHIFT + 2048.0)
+    m = bits_float((u & _MANT_MASK) + _SQRT_HALF_BITS)
     f = m - 1.0                                      # exact
     dh, dl = _fast_two_sum(1.0, m)                   # m + 1
     inv = 1.0 / dh
@@ -357,19 +441,35 @@ def _log_parts(x):
 
 
 @_jit
-def _log_fast(x):
-    """log(x) as an unnormalised double-double (h, l) for finite x > 0, relative error
-    ~2**-58: 2 atanh(s) = 2s + s z P(z), z = s**2, P minimax; e ln2 + 2s exact."""
-    ed, sh, sl = _log_reduce(x)
-    z = sh * sh
-    p = _poly8(z, _LOG_P)  # 2 (atanh(s)/s - 1) / z, minimax
-    h, l = _fast_two_sum(ed * _LN2_HI, 2.0 * sh)   # exact (ed * _LN2_HI is 0 or the larger)
-    return h, l + (_mla(2.0, sl, sh * z * p) + ed * _LN2_LO)
+def _log_fast(u):
+    """log(x) as an unnormalised double-double (h, l) for finite x > 0 given as
+    u = _log_bits(x) (fdlibm's method): s = f / (2 + f) and
+    log(1 + f) = f - f**2/2 + s (f**2/2 + R(z)), z = s**2, R minimax; e ln2_hi + f - f**2/2
+    summed exactly, the rest (under 7% of it) rounded once.  s needs only ~2**-50 accuracy:
+    one division, no correction."""
+    ed = bits_float(_lshr52(u) | _SHIFT_BITS) - (_SHIFT + 2048.0)   # float(e); AVX2 has
+    m = bits_float((u & _MANT_MASK) + _SQRT_HALF_BITS)
+    f = m - 1.0                                      # exact
+    s = f / (m + 1.0)                                # m + 1 = 2 + f
+    hfsq = 0.5 * f * f
+    z = s * s
+    w = z * z
+    c = _LOG_R
+    p = _mla(w * w, _mla(w, c[6], _mla(c[5], z, c[4])),
+             _mla(w, _mla(c[3], z, c[2]), _mla(c[1], z, c[0])))
+    a = ed * _LN2_HI                                 # exact (32-bit _LN2_HI)
+    h = a + f                                        # exact sum h + l (|a| >= |f| or a = 0)
+    l = f - (h - a)
+    hf = 0.5 * f
+    hfl = _mla(hf, f, -hfsq)                         # f**2/2 = hfsq + hfl exactly
+    h2 = h - hfsq                                    # h - hfsq = h2 + l2 exactly
+    l2 = (h - h2) - hfsq
+    return h2, _mla(s * z, p, _mla(s, hfsq, ed * _LN2_LO) + ((l + l2) - hfl))
 
 
 @_jit
 def _log64(x):
-    h, l = _log_fast(x)
+    h, l = _log_fast(_log_bits(x))
     r = h + l
     r = _INF if x == _INF else r
     r = -_INF if x == 0.0 else r
@@ -379,7 +479,7 @@ def _log64(x):
 @_jit
 def _log1p64(x):
     uh, ul = _two_sum(1.0, x)          # 1 + x exactly; log(uh + ul) = log(uh) + ul/uh
-    h, l = _log_fast(uh)
+    h, l = _log_fast(float_bits(uh) + _LOG_U)   # uh >= 2**-53: normal
     r = h + (l + ul / uh)
     r = _INF if x == _INF else r
     r = -_INF if x == -1.0 else r
