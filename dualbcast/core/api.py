@@ -37,16 +37,17 @@ def _tracing(single_use):
         _stop_tracing(tape)
 
 
-def grad(f, argnums=0):
+def grad(f, argnums=0, *, out=None):
     """The gradient of a scalar function ``f`` with respect to the ``argnums``
     arguments, like ``jax.grad``.  Each gradient has its argument's structure (nested
     tuples, lists, dicts), shapes and dtypes; ``argnums`` a tuple gives a tuple.
+    ``out``: see :func:`value_and_grad`.
 
     >>> import numpy as np, dualbcast as db
     >>> db.grad(lambda x: np.sum(x ** 2))(np.array([1.0, 2.0]))
     array([2., 4.])
     """
-    value_and_grad_f = value_and_grad(f, argnums)
+    value_and_grad_f = value_and_grad(f, argnums, out=out)
 
     @functools.wraps(f)
     def grad_f(*args, **kwargs):
@@ -54,10 +55,16 @@ def grad(f, argnums=0):
     return grad_f
 
 
-def value_and_grad(f, argnums=0):
+def value_and_grad(f, argnums=0, *, out=None):
     """``f(*args)`` and its gradient with respect to the ``argnums`` arguments, from
     one forward and one backward pass.  Arguments not in ``argnums`` (and keyword
     arguments) are passed through untouched and never traced.
+
+    ``out``: arrays every call writes the gradient into and returns, instead of new
+    ones; the gradient's structure with an array (its shape and dtype) or None
+    (allocate as usual) for each leaf.  A gradient computed whole by a kernel's
+    ``k.sum`` rule is written there directly: a repeated call allocates nothing of the
+    gradient's size.
 
     >>> import numpy as np, dualbcast as db
     >>> db.value_and_grad(lambda x, a: a * np.sum(x), argnums=(0, 1))(np.ones(2), 3.0)
@@ -74,14 +81,54 @@ def value_and_grad(f, argnums=0):
         tape = _start_tracing(single_use=True)
         try:
             traced_args, inputs = _trace_arguments(tape, args, positions)
-            out = f(*traced_args, **kwargs)
+            if out is not None:
+                targets = _gradient_targets(out, inputs, single)
+                tape.gradient_buffers = {box.slot: target for box, target in targets
+                                         if target is not None}
+            result = f(*traced_args, **kwargs)
         finally:
             _stop_tracing(tape)
-        value, seeds = _scalar_output(out, f, tape)
+        value, seeds = _scalar_output(result, f, tape)
         grads = backward(tape, seeds)
-        results = _gradients(grads, inputs)
+        if out is not None:
+            for box, target in targets:
+                if target is not None and grads[box.slot] is not target:
+                    target[...] = 0 if grads[box.slot] is None else grads[box.slot]
+                    grads[box.slot] = target
+        results = _gradients(grads, inputs, given={id(target) for _, target in targets}
+                             if out is not None else ())
         return value, (results[0] if single else results)
     return value_and_grad_f
+
+
+def _gradient_targets(out, inputs, single):
+    """``(leaf box, array or None)`` pairs from ``out``, checked against the leaves."""
+    structures = [tree for _, tree in inputs]
+    try:
+        leaves = flatten_like(out if not single else (out,), (tuple, None, tuple(structures)),
+                              none_leaves=True)
+    except ValueError:
+        expected = describe(structures[0]) if single else describe((tuple, None,
+                                                                    tuple(structures)))
+        raise ValueError(f"value_and_grad: out must have the gradient's structure "
+                         f"{expected} (an array or None per leaf)") from None
+    boxes = [box for box_leaves, _ in inputs for box in box_leaves]
+    for box, target in zip(boxes, leaves):
+        if target is None:
+            continue
+        primal = box.value
+        if type(target) is not np.ndarray or type(primal) is not np.ndarray \
+                or target.shape != primal.shape or target.dtype != primal.dtype \
+                or not target.flags.writeable:
+            raise ValueError(f"value_and_grad: each out leaf must be a writeable array of "
+                             f"its argument's shape and dtype ({np.shape(primal)}, "
+                             f"{np.result_type(primal)}), or None; got a "
+                             f"{type(target).__name__} of shape {np.shape(target)} and dtype "
+                             f"{getattr(target, 'dtype', None)}")
+        if np.may_share_memory(target, primal):
+            raise ValueError("value_and_grad: an out array overlaps the argument it is the "
+                             "gradient of")
+    return list(zip(boxes, leaves))
 
 
 def vjp(f, *primals):
@@ -242,12 +289,14 @@ def _scalar_output(out, f, tape):
 _SEED_FOR = {float: np.float64(1.0), np.float64: np.float64(1.0), np.float32: np.float32(1.0)}
 
 
-def _gradients(grads, inputs):
-    """The gradient of each differentiated argument, rebuilt in its structure."""
+def _gradients(grads, inputs, given=()):
+    """The gradient of each differentiated argument, rebuilt in its structure.
+    ``given``: ids of the caller's out arrays, handed back as they are."""
     handed_out = set()
     results = []
     for boxes, tree in inputs:
-        leaves = [_gradient_like(box.value, grads[box.slot], handed_out) for box in boxes]
+        leaves = [grads[box.slot] if id(grads[box.slot]) in given
+                  else _gradient_like(box.value, grads[box.slot], handed_out) for box in boxes]
         results.append(leaves[0] if tree == LEAF else unflatten(tree, leaves))
     return tuple(results)
 

@@ -39,31 +39,32 @@ def _flatten(node, leaves):
     return LEAF
 
 
-def flatten_like(tree, treedef):
+def flatten_like(tree, treedef, none_leaves=False):
     """The leaves of ``tree`` in ``treedef``'s order, dict entries matched by key (so
     a dict with the same keys in another order fits); ``ValueError`` if the
-    structures differ."""
+    structures differ.  ``none_leaves``: None may stand for a leaf."""
     leaves = []
-    if not _flatten_like(tree, treedef, leaves):
+    if not _flatten_like(tree, treedef, leaves, none_leaves):
         raise ValueError(f"structure {describe(flatten(tree)[1])} does not match "
                          f"{describe(treedef)}")
     return leaves
 
 
-def _flatten_like(node, treedef, leaves):
+def _flatten_like(node, treedef, leaves, none_leaves):
     if treedef == LEAF:
         leaves.append(node)
-        return not isinstance(node, (tuple, list, dict)) and node is not None
+        return not isinstance(node, (tuple, list, dict)) and (node is not None or none_leaves)
     kind, keys, children = treedef
     if kind is None:
         return node is None
     if keys is not None:
         if not isinstance(node, dict) or set(node) != set(keys):
             return False
-        return all(_flatten_like(node[k], child, leaves) for k, child in zip(keys, children))
+        return all(_flatten_like(node[k], child, leaves, none_leaves)
+                   for k, child in zip(keys, children))
     if type(node) is not kind or len(node) != len(children):
         return False
-    return all(_flatten_like(n, child, leaves) for n, child in zip(node, children))
+    return all(_flatten_like(n, child, leaves, none_leaves) for n, child in zip(node, children))
 
 
 def unflatten(treedef, leaves):

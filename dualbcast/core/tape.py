@@ -40,7 +40,7 @@ except ImportError:                                  # another NumPy: the public
 class Tape:
     """One trace: the values of its slots and the records that produced them."""
 
-    __slots__ = ("values", "records", "closed", "single_use")
+    __slots__ = ("values", "records", "closed", "single_use", "gradient_buffers")
 
     def __init__(self, single_use):
         self.values = []        # primal value of each slot (shape and dtype of its gradient)
@@ -50,6 +50,9 @@ class Tape:
         # overwrite buffers they saved in the forward pass; a vjp pullback may be
         # called many times and must not.
         self.single_use = single_use
+        # slot -> the caller's array its gradient goes into (value_and_grad(out=...)):
+        # a rule that computes a whole gradient of that slot may write it there.
+        self.gradient_buffers = None
 
 
 class SparseCotangent:

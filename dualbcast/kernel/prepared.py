@@ -143,7 +143,11 @@ class PreparedCall:
             self.kernel._diagnose(self.loop.spec, operands, err)
         self.compiled = True
         if sums:
-            return totals[0] if self.nchunks == 1 else np.add.reduce(totals, axis=0)
+            if self.nchunks == 1:
+                return totals[0]
+            # The chunks' partial sums added exactly (np.add.reduce's result would
+            # depend on the memory alignment of ``totals``).
+            return [math.fsum(column) for column in totals.T.tolist()]
         return None
 
     def _chunks(self, loop_args, lo, hi):

@@ -24,7 +24,12 @@ def traced_call(kernel, args):
 
 def traced_sum(kernel, args):
     tape, values, parents, active = trace_inputs(args)
-    total, gradients = kernel.sum_and_partials(*values, wrt=active)
+    out = None
+    if tape.gradient_buffers:
+        # value_and_grad(out=...): the loop writes the gradient of an argument straight
+        # into the caller's array (once: a second use of the argument adds to it later).
+        out = tuple(tape.gradient_buffers.pop(slot, None) for slot in parents)
+    total, gradients = kernel.sum_and_partials(*values, wrt=active, out=out)
     vjps = [None] * len(args)
     for i, gradient in zip(active, gradients):
         vjps[i] = _sum_vjp(gradient, tape.single_use)
