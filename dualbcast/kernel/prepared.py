@@ -12,13 +12,13 @@ from ..config import config
 from .loops import ACCUMULATE, REGISTER, STORE
 from .threads import run_chunks
 
-CHUNK_ELEMENTS = 1 << 14     # elements per chunk of a loop (the unit threads share)
+CHUNK_ELEMENTS = 1 << 12     # elements per chunk of a loop (the unit threads share)
 
 
 class PreparedCall:
     __slots__ = ("kernel", "mode", "loop", "plan", "single", "scalar_type", "size",
-                 "rows", "nchunks", "totals_width", "splittable", "gradients", "all_stored",
-                 "compiled")
+                 "rows", "nchunks", "chunk_size", "totals_width", "splittable", "gradients",
+                 "all_stored", "compiled")
 
     def __init__(self, kernel, mode, loop, plan, single, gradients, splittable):
         """``gradients``: per active argument ``(kind, shape, dtype, is_array)`` (the
@@ -34,6 +34,7 @@ class PreparedCall:
             inner = math.prod(loop_shape[1:])
             self.rows = max(1, CHUNK_ELEMENTS // max(inner, 1))
             self.nchunks = -(-loop_shape[0] // self.rows)
+        self.chunk_size = self.rows * math.prod(loop_shape[1:])    # elements per chunk
         self.totals_width = 1 + sum(kind == REGISTER for kind, *_ in gradients)
         # The common case, every gradient stored whole in its own dtype: no bookkeeping.
         self.all_stored = all(kind == STORE and _storable(dtype) == dtype
@@ -123,14 +124,20 @@ class PreparedCall:
         row ``(sum, register gradients...)`` added up over the chunks in order."""
         operands = self.plan.operands_for(args)
         sums = self.mode in ("sum", "sum_partials")
+        threads = config.threads if self.compiled and self.splittable \
+            and self.size >= config.parallel_threshold else 1
         if sums:
             totals = np.empty((self.nchunks, self.totals_width))
+            scratch = np.empty((max(1, min(threads, self.nchunks)), self.totals_width,
+                                self.chunk_size))
             outputs += (totals,)
         try:
-            if self.compiled and self.splittable and self.size >= config.parallel_threshold \
-                    and config.threads > 1:
-                run_chunks(partial(self._chunks, operands + outputs), self.nchunks,
-                           config.threads)
+            if threads > 1:
+                run_chunks(partial(self._chunks, operands + outputs,
+                                   scratch if sums else None), self.nchunks, threads)
+            elif sums:
+                self.loop(self.plan.loop_shape, 0, self.nchunks, self.rows, *operands,
+                          *outputs, scratch[0])
             else:
                 self.loop(self.plan.loop_shape, 0, self.nchunks, self.rows, *operands, *outputs)
         except ZeroDivisionError as err:
@@ -150,7 +157,9 @@ class PreparedCall:
             return [math.fsum(column) for column in totals.T.tolist()]
         return None
 
-    def _chunks(self, loop_args, lo, hi):
+    def _chunks(self, loop_args, scratch, worker, lo, hi):
+        if scratch is not None:
+            loop_args += (scratch[worker],)     # each thread sums in its own scratch
         self.loop(self.plan.loop_shape, lo, hi, self.rows, *loop_args)
 
 

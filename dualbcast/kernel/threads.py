@@ -15,18 +15,19 @@ def _workers(count):
 
 
 def run_chunks(call, nchunks, threads):
-    """``call(lo, hi)`` over the chunks ``0 <= c < nchunks``: on this thread alone, or
-    on ``threads`` threads each taking a contiguous range of chunks (this one included)."""
+    """``call(worker, lo, hi)`` over the chunks ``0 <= c < nchunks``: on this thread
+    alone (worker 0), or on ``threads`` threads each taking a contiguous range of chunks
+    (this one included, as worker 0)."""
     threads = min(threads, nchunks)
     if threads <= 1:
-        call(0, nchunks)
+        call(0, 0, nchunks)
         return
     bounds = [nchunks * t // threads for t in range(threads + 1)]
     pool = _workers(threads - 1)
-    futures = [pool.submit(call, bounds[t], bounds[t + 1]) for t in range(1, threads)]
+    futures = [pool.submit(call, t, bounds[t], bounds[t + 1]) for t in range(1, threads)]
     error = None
     try:
-        call(bounds[0], bounds[1])
+        call(0, bounds[0], bounds[1])
     except BaseException as err:        # wait for the others before raising
         error = err
     for future in futures:
