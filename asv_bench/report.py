@@ -38,7 +38,8 @@ def first_call_seconds():
 
 
 def gradient_table():
-    names = {"dualbcast": "dualbcast", "numba": "numba.njit by hand", "jax": "JAX jit",
+    names = {"dualbcast": "dualbcast", "numba": "numba.njit by hand",
+             "numba_limit": "by hand, vectorised exp + threads", "jax": "JAX jit",
              "torch": "PyTorch eager", "autograd": "autograd"}
     print("| case | " + " | ".join(names[s] for s in SYSTEMS) + " | dualbcast / JAX |")
     print("|---" * (len(SYSTEMS) + 2) + "|")
@@ -54,8 +55,54 @@ def gradient_table():
         print(f"| {case} | {cells} | {ratio} |")
 
 
+def performance_table():
+    from benchmarks import bench_performance as bp
+
+    fold = bp.FoldPerOp()
+    fold.setup()
+    first = bp.FirstGradient()
+    memory = bp.Memory()
+    threads = bp.Threads()
+    threads.setup()
+    rows = [
+        ("16-term fold, per recorded op (whole gradient / 15)",
+         f"{fold.track_whole_gradient_microseconds_per_op():.2f} µs"),
+        ("fold, marginal cost per extra op", f"{fold.track_marginal_microseconds_per_op():.2f} µs"),
+        ("first EAM gradient, fresh process, empty cache",
+         f"{first.track_seconds_empty_cache():.2f} s"),
+        ("first EAM gradient, fresh process, warm cache",
+         f"{first.track_seconds_warm_cache():.2f} s"),
+        ("value_and_grad of a sum-of-map, 10^7: allocated / gradient bytes",
+         f"{memory.track_allocated_over_gradient_1e7():.4f}"),
+        ("the same with out=", f"{memory.track_allocated_over_gradient_1e7_into_out():.4f}"),
+        ("EAM 10^6: two threads / one", f"{threads.track_two_threads_over_one_eam_1e6():.2f}"),
+    ]
+    try:
+        rows.insert(4, ("first gradient, fresh process, JAX", f"{first.track_seconds_jax():.2f} s"))
+    except NotImplementedError:
+        pass
+    threads.teardown()
+    print("| measurement | value |")
+    print("|---|---|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+    print()
+    print("| function | dualbcast.vmath | libm (math.*) | speed-up |")
+    print("|---|---|---|---|")
+    for function in bp.VECTORISED:
+        ns = {}
+        for implementation in ("dualbcast", "libm"):
+            bench = bp.VectorMath()
+            bench.setup(function, implementation)
+            ns[implementation] = bench.track_ns_per_element(function, implementation)
+        print(f"| {function} | {ns['dualbcast']:.2f} ns | {ns['libm']:.2f} ns | "
+              f"{ns['libm'] / ns['dualbcast']:.1f}x |")
+
+
 def main():
     gradient_table()
+    print()
+    performance_table()
     print()
     print("| workload | mode | N | dualbcast | numba.njit by hand | NumPy | dualbcast / numba |")
     print("|---|---|---|---|---|---|---|")

@@ -13,12 +13,13 @@ import numba
 import numpy as np
 
 import dualbcast as db
+from dualbcast.vmath.explog import exp as vexp
 
 # The kernels, coefficients and fused Numba loops of the kernel benchmarks.
 from .workloads import (COEFFS, LIVE, poly9, poly9_sum_and_partials_numba, rho,
                         rho_sum_and_partials_numba)
 
-SYSTEMS = ("dualbcast", "numba", "jax", "torch", "autograd")
+SYSTEMS = ("dualbcast", "numba", "numba_limit", "jax", "torch", "autograd")
 PEERS = SYSTEMS[1:]
 
 
@@ -67,8 +68,35 @@ def eam_numba(x):
     return p ** 2 + p ** 3 + 0.25 * p ** 4, grad
 
 
+@numba.njit(parallel=True, fastmath={"reassoc"})
+def _eam_limit_p(x, grad):
+    p = 0.0
+    for i in numba.prange(x.size):
+        e = vexp(-3.0 * (x[i] + 1.0))
+        p += e
+        grad[i] = -3.0 * e
+    return p
+
+
+@numba.njit(parallel=True)
+def _scale(grad, factor):
+    for i in numba.prange(grad.size):
+        grad[i] *= factor
+
+
+def eam_limit(x, grad):
+    """The fused EAM gradient by hand with dualbcast's vectorised exp and both cores:
+    the practical limit the issue measures against."""
+    p = _eam_limit_p(x, grad)
+    _scale(grad, 2.0 * p + 3.0 * p ** 2 + p ** 3)
+    return p ** 2 + p ** 3 + 0.25 * p ** 4, grad
+
+
 def eam(system, n):
     x = _inputs(n)
+    if system == "numba_limit":
+        grad = np.empty_like(x)
+        return lambda: eam_limit(x, grad)
     if system == "dualbcast":
         f = db.value_and_grad(lambda x: embed(rho.sum(x)))
         return lambda: f(x)
@@ -88,6 +116,18 @@ def eam(system, n):
         anp = importlib.import_module("autograd.numpy")
         f = autograd.value_and_grad(lambda x: embed(anp.sum(anp.exp(-3.0 * (x + 1.0)))))
         return lambda: f(x)
+    raise NotImplementedError(system)
+
+
+def eam_into_buffer(system, n):
+    """EAM with the gradient written into a buffer every call (value_and_grad(out=))."""
+    x = _inputs(n)
+    grad = np.empty_like(x)
+    if system == "dualbcast":
+        f = db.value_and_grad(lambda x: embed(rho.sum(x)), out=grad)
+        return lambda: f(x)
+    if system == "numba_limit":
+        return lambda: eam_limit(x, grad)
     raise NotImplementedError(system)
 
 
@@ -195,6 +235,7 @@ def fold16(system, n=FOLD_TERMS):
 
 CASES = {
     "eam_1e2": (eam, 10 ** 2), "eam_1e4": (eam, 10 ** 4), "eam_1e6": (eam, 10 ** 6),
+    "eam_out_1e6": (eam_into_buffer, 10 ** 6),
     "poly9_one_live_1e3": (poly9_one_live, 10 ** 3),
     "constant_touch_1e3": (constant_touch, 10 ** 3),
     "constant_touch_1e7": (constant_touch, 10 ** 7),

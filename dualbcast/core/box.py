@@ -147,18 +147,12 @@ def _binary(ufunc, op):
 
 def _operator(ufunc, op, x, y):
     linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
-    if linear is not None and type(x) is Box and type(y) is Box:
-        # The hottest path of scalar code (a fold): traced x + y, x - y, x * y.
-        tape = x.tape
-        if y.tape is tape and not tape.closed:
-            xv, yv = x.value, y.value
-            ans = op(xv, yv)
-            if type(ans) is not np.ndarray:
-                values = tape.values
-                slot = len(values)
-                values.append(ans)
-                tape.records.append((slot, (x.slot, y.slot), linear(xv, yv)))
-                return Box(ans, slot, tape)
+    if linear is not None:
+        # The hottest path of scalar code (a fold, a polynomial in a kernel's sum):
+        # x + y, x - y, x * y of traced scalars, or of one and a number.
+        record = _linear_record(op, linear, x, y)
+        if record is not None:
+            return record
     vjps = UFUNC_VJPS.get(ufunc)
     if vjps is None:
         if ufunc in CONSTANT_UFUNCS:
@@ -202,6 +196,39 @@ def _operator(ufunc, op, x, y):
 
 
 _FIRST, _SECOND, _BOTH = (0,), (1,), (0, 1)
+_NUMBERS = frozenset({float, int, np.float64, np.float32, np.float16})
+
+
+def _linear_record(op, linear, x, y):
+    """The box of ``op(x, y)`` recorded with its local partials, or None when this
+    is not the scalar case (arrays, other constants, a closed or foreign tape: the
+    general path handles those, and raises the errors)."""
+    if type(x) is Box:
+        tape = x.tape
+        if type(y) is Box:
+            if y.tape is not tape:
+                return None
+            xv, yv, parents, which = x.value, y.value, (x.slot, y.slot), _BOTH
+        elif type(y) in _NUMBERS:
+            xv, yv, parents, which = x.value, y, (x.slot,), _FIRST
+        else:
+            return None
+    elif type(x) in _NUMBERS:
+        tape = y.tape
+        xv, yv, parents, which = x, y.value, (y.slot,), _SECOND
+    else:
+        return None
+    if tape.closed or type(xv) is np.ndarray or type(yv) is np.ndarray:
+        return None
+    ans = op(xv, yv)
+    partials = linear(xv, yv)
+    if which is not _BOTH:
+        partials = (partials[which[0]],)
+    values = tape.values
+    slot = len(values)
+    values.append(ans)
+    tape.records.append((slot, parents, partials))
+    return Box(ans, slot, tape)
 
 
 def _operator_unary(ufunc, op, x):

@@ -1,0 +1,193 @@
+"""The performance issue's own measurements, each beside its reference:
+
+- ``FoldPerOp``: the eager tape's marginal cost per recorded op, forward + backward
+  (a 64-term fold minus a 16-term fold, per extra term);
+- ``FirstGradient``: seconds to the first EAM gradient in a fresh process, with an
+  empty and with a warm on-disk cache (import included), beside JAX's when installed;
+- ``Memory``: bytes allocated by ``value_and_grad`` of a sum-of-map over 10^7 elements,
+  over the gradient's own size (tracemalloc), with and without ``out=``;
+- ``Threads``: EAM at 10^6 on two threads over one;
+- ``VectorMath``: ns per element of each vectorised function in a Numba loop, and the
+  same loop calling libm.
+"""
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import tracemalloc
+
+import numba
+import numpy as np
+
+import dualbcast as db
+from dualbcast.vmath import explog, trig
+
+from .bench_kernels import best_time
+from .gradients import FOLD_TERMS, embed, fold_minus, make_call
+from .workloads import rho
+
+
+class FoldPerOp:
+    def setup(self):
+        self.calls = {}
+        for terms in (FOLD_TERMS, 4 * FOLD_TERMS):
+            xs = tuple(float(i) for i in range(1, terms + 1))
+            f = db.value_and_grad(fold_minus)
+            self.calls[terms] = (lambda f=f, xs=xs: f(xs))
+
+    def track_marginal_microseconds_per_op(self):
+        small, large = (best_time(self.calls[t]) for t in (FOLD_TERMS, 4 * FOLD_TERMS))
+        return (large - small) / (3 * FOLD_TERMS) * 1e6
+
+    track_marginal_microseconds_per_op.unit = "µs per op"
+
+    def track_whole_gradient_microseconds_per_op(self):
+        return best_time(self.calls[FOLD_TERMS]) / (FOLD_TERMS - 1) * 1e6
+
+    track_whole_gradient_microseconds_per_op.unit = "µs per op"
+
+
+FIRST_GRADIENT = """
+import time
+start = time.perf_counter()
+import math
+import numpy as np
+import dualbcast as db
+
+@db.fast_broadcast
+def rho(r):
+    return math.exp(-3.0 * (r + 1.0))
+
+def energy(x):
+    p = rho.sum(x)
+    return p ** 2 + p ** 3 + 0.25 * p ** 4
+
+e, g = db.value_and_grad(energy)(np.linspace(0.0, 1.0, 100))
+print(time.perf_counter() - start)
+"""
+
+FIRST_GRADIENT_JAX = """
+import time
+start = time.perf_counter()
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp
+f = jax.jit(jax.value_and_grad(lambda x: (lambda p: p ** 2 + p ** 3 + 0.25 * p ** 4)(
+    jnp.sum(jnp.exp(-3.0 * (x + 1.0))))))
+jax.block_until_ready(f(jnp.linspace(0.0, 1.0, 100)))
+print(time.perf_counter() - start)
+"""
+
+
+def _seconds(script, cache_dir):
+    env = dict(os.environ, DUALBCAST_CACHE_DIR=cache_dir)
+    with tempfile.TemporaryDirectory() as where:      # a real file: Numba caches from it
+        path = os.path.join(where, "first_gradient.py")
+        with open(path, "w") as file:
+            file.write(script)
+        done = subprocess.run([sys.executable, path], env=env, capture_output=True,
+                              text=True, check=True, timeout=600)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+class FirstGradient:
+    timeout = 600
+
+    def track_seconds_empty_cache(self):
+        with tempfile.TemporaryDirectory() as cache:
+            return _seconds(FIRST_GRADIENT, cache)
+
+    def track_seconds_warm_cache(self):
+        # Note: the script's file lives in a fresh directory each run, so this cache
+        # must be warmed by a first run of the very same file.
+        with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as where:
+            path = os.path.join(where, "first_gradient.py")
+            with open(path, "w") as file:
+                file.write(FIRST_GRADIENT)
+            env = dict(os.environ, DUALBCAST_CACHE_DIR=cache)
+            for _ in range(2):
+                done = subprocess.run([sys.executable, path], env=env, capture_output=True,
+                                      text=True, check=True, timeout=600)
+            return float(done.stdout.strip().splitlines()[-1])
+
+    def track_seconds_jax(self):
+        if importlib.util.find_spec("jax") is None:
+            raise NotImplementedError("jax is not installed")
+        with tempfile.TemporaryDirectory() as cache:
+            return _seconds(FIRST_GRADIENT_JAX, cache)
+
+    for _track in (track_seconds_empty_cache, track_seconds_warm_cache, track_seconds_jax):
+        _track.unit = "s"
+
+
+def _allocated_over_gradient(out):
+    x = np.linspace(0.0, 1.0, 10 ** 7)
+    grad = np.empty_like(x) if out else None
+    f = db.value_and_grad(lambda x: embed(rho.sum(x)), out=grad)
+    f(x)
+    tracemalloc.start()
+    try:
+        f(x)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return peak / x.nbytes
+
+
+class Memory:
+    def track_allocated_over_gradient_1e7(self):
+        return _allocated_over_gradient(out=False)
+
+    def track_allocated_over_gradient_1e7_into_out(self):
+        return _allocated_over_gradient(out=True)
+
+    track_allocated_over_gradient_1e7.unit = "bytes / gradient bytes"
+    track_allocated_over_gradient_1e7_into_out.unit = "bytes / gradient bytes"
+
+
+class Threads:
+    def setup(self):
+        self.call = make_call("eam_1e6", "dualbcast")
+        self.saved = db.config.threads
+
+    def teardown(self):
+        db.config.threads = self.saved
+
+    def track_two_threads_over_one_eam_1e6(self):
+        db.config.threads = 1
+        one = best_time(self.call)
+        db.config.threads = 2
+        return best_time(self.call) / one
+
+    track_two_threads_over_one_eam_1e6.unit = "ratio"
+
+
+def _loop(fn):
+    @numba.njit
+    def loop(x, out):
+        for i in range(x.size):
+            out[i] = fn(x[i])
+    return loop
+
+
+VECTORISED = {"exp": explog.exp, "expm1": explog.expm1, "log": explog.log,
+              "log1p": explog.log1p, "tanh": explog.tanh, "sin": trig.sin, "cos": trig.cos}
+
+
+class VectorMath:
+    params = (list(VECTORISED), ["dualbcast", "libm"])
+    param_names = ["function", "implementation"]
+
+    def setup(self, function, implementation):
+        fn = VECTORISED[function] if implementation == "dualbcast" else getattr(math, function)
+        self.x = np.random.default_rng(0).uniform(0.1, 5.0, 10 ** 6)
+        self.out = np.empty_like(self.x)
+        self.loop = _loop(fn)
+        self.loop(self.x, self.out)
+
+    def track_ns_per_element(self, function, implementation):
+        return best_time(lambda: self.loop(self.x, self.out)) / self.x.size * 1e9
+
+    track_ns_per_element.unit = "ns"
