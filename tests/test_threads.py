@@ -99,3 +99,15 @@ def test_an_error_in_a_worker_thread_reaches_the_caller(threads):
 def test_settings_are_validated(name, value, error):
     with pytest.raises(error, match=name):
         setattr(db.config, name, value)
+
+
+def test_the_sum_rules_backward_scaling_splits_across_threads_exactly(threads):
+    from dualbcast.kernel.threads import multiply_in_place
+    threads.parallel_threshold = 0
+    for dtype in (np.float64, np.float32):
+        for count in (1, 2, 3):
+            threads.threads = count
+            a = np.random.default_rng(count).uniform(-1, 1, 3 * CHUNK_ELEMENTS + 5).astype(dtype)
+            want = a * np.float64(1.7)
+            multiply_in_place(a, np.float64(1.7))
+            np.testing.assert_array_equal(a, want.astype(dtype))

@@ -2,6 +2,10 @@
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
+
+from ..config import config
+
 _lock = threading.Lock()
 _pool = None
 
@@ -37,3 +41,20 @@ def run_chunks(call, nchunks, threads):
             error = error or err
     if error is not None:
         raise error
+
+
+def multiply_in_place(array, factor):
+    """``array *= factor``, split across ``config.threads`` threads for a large
+    C-contiguous array (NumPy releases the GIL inside the multiplication)."""
+    threads = config.threads if array.size >= config.parallel_threshold \
+        and array.flags.c_contiguous else 1
+    if threads <= 1:
+        np.multiply(array, factor, out=array)
+        return
+    flat = array.reshape(-1)
+    bounds = [flat.size * t // threads for t in range(threads + 1)]
+
+    def part(worker, lo, hi):
+        piece = flat[bounds[lo]:bounds[hi]]
+        np.multiply(piece, factor, out=piece)
+    run_chunks(part, threads, threads)

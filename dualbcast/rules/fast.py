@@ -9,6 +9,7 @@ in the loop), so its backward only scales by the cotangent, in place when it may
 import numpy as np
 
 from ..core.box import Box, record, trace_inputs
+from ..kernel.threads import multiply_in_place
 from ..kernel.tracing import hook
 from .common import nan_safe, shape_of, unbroadcast
 
@@ -55,7 +56,7 @@ def _sum_vjp(gradient, single_use):
         if not single_use or type(gradient) is not np.ndarray:
             return gradient * g         # a pullback may run again: keep the buffer intact
         if g != 1:
-            np.multiply(gradient, g, out=gradient)
+            multiply_in_place(gradient, g)
         return gradient
     return vjp
 
