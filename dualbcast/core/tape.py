@@ -11,8 +11,9 @@ positions ``argnums`` were traced values living in ``parent_slots``; ``vjps[i](g
 *args, **kwargs)`` is the cotangent of argument ``i`` given the cotangent ``g`` of
 ``ans``.  Scalar ``x + y``, ``x - y`` and ``x * y`` (the bulk of scalar code) record
 ``(out_slot, parent_slots, local_partials)`` instead: the cotangent of each parent is
-``g * partial``, with no call at all.  Only traced arguments that a rule can differentiate are parents, so constants
-cost nothing in the backward pass.  There is no math here: rules supply the vjps.
+``g * partial``, with no call at all.  Only traced arguments that a rule can
+differentiate are parents, so constants cost nothing in the backward pass.  There is
+no math here: rules supply the vjps and the partials.
 """
 import numpy as np
 

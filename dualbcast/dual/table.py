@@ -4,9 +4,11 @@ Unary entries give ``f'`` in terms of the argument ``x`` and the already compute
 value ``y = f(x)`` (reusing ``y`` saves a second ``exp``/``tan``/``tanh``).  Binary
 entries give ``(df/dx, df/dy)`` in terms of ``x``, ``y`` and ``r = f(x, y)``.
 
-Everything here is plain Python and numbers (helpers are ``register_jitable``); :mod:`dualbcast.dual.rules` turns each
-line into Numba overloads for every mix of dual and plain arguments.  Where a formula
-has a singular point, the convention it implements (design.md section 4) is stated.
+Everything here is plain Python and numbers (helpers are ``register_jitable``);
+:mod:`dualbcast.dual.rules` turns each line into Numba overloads for every mix of dual
+and plain arguments, for the ``math`` functions and for their vectorisable stand-ins
+(:mod:`dualbcast.vmath`).  Where a formula has a singular point, the convention it
+implements (design.md section 4) is stated.
 """
 import math
 import operator
