@@ -67,7 +67,8 @@ def performance_table():
     rows = [
         ("16-term fold, per recorded op (whole gradient / 15)",
          f"{fold.track_whole_gradient_microseconds_per_op():.2f} µs"),
-        ("fold, marginal cost per extra op", f"{fold.track_marginal_microseconds_per_op():.2f} µs"),
+        ("fold, marginal cost per extra op",
+         f"{fold.track_marginal_microseconds_per_op():.2f} µs"),
         ("first EAM gradient, fresh process, empty cache",
          f"{first.track_seconds_empty_cache():.2f} s"),
         ("first EAM gradient, fresh process, warm cache",
