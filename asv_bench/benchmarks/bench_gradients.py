@@ -3,12 +3,12 @@ autograd and a hand-written ``numba.njit`` gradient.
 
 ``GradientTimes`` times each system alone; ``GradientRatios`` reports dualbcast's time
 over a peer's, both measured in the same process (the number to read on a noisy
-machine).  Peers that are not installed are skipped.  ``FoldPerOp`` is the eager tape's
-cost per recorded operation (forward + backward); ``ConstantTouch`` checks that a large
-closed-over constant costs nothing.
+machine).  Peers that are not installed are skipped.  ``ConstantTouch`` checks that a
+large closed-over constant costs nothing; the tape's cost per operation is
+``bench_performance.FoldPerOp``.
 """
 from .bench_kernels import best_time
-from .gradients import CASES, FOLD_TERMS, PEERS, SYSTEMS, make_call
+from .gradients import CASES, PEERS, SYSTEMS, make_call
 
 
 class GradientTimes:
@@ -34,16 +34,6 @@ class GradientRatios:
         return best_time(self.ours) / best_time(self.peer)
 
     track_ratio.unit = "dualbcast/peer"
-
-
-class FoldPerOp:
-    def setup(self):
-        self.call = make_call("fold16", "dualbcast")
-
-    def track_microseconds_per_op(self):
-        return best_time(self.call) / (FOLD_TERMS - 1) * 1e6
-
-    track_microseconds_per_op.unit = "µs per op"
 
 
 class ConstantTouch:
