@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, strategies as st
 from numba.core.errors import TypingError
 
-from dualbcast.vmath import explog
-from ulp import max_ulp, ulp_errors
+from dualbcast.vmath import common, explog
+from ulp import assert_same_signs, max_ulp, random_bits, ulp_errors
 
 # Overflow to inf is an expected outcome here (references, casts, nextafter at the top).
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
@@ -59,19 +59,6 @@ def assert_ulp64(name, got, exact, *inputs):
     bound = np.where(np.abs(exact) < TINY, BOUND64_SUBNORMAL, BOUND64[name])
     i = np.argmax(errors - bound)
     assert errors[i] <= bound[i], f"{name}{tuple(a[i] for a in inputs)}: {errors[i]:.3f} ulp"
-
-
-def assert_same_signs(got, expected):
-    """Signs agree, signed zeros included (a NaN's sign bit means nothing)."""
-    number = ~np.isnan(expected)
-    np.testing.assert_array_equal(np.signbit(got[number]), np.signbit(expected[number]))
-
-
-def random_bits(rng, n, dtype=np.float64):
-    """Floats with uniformly random bit patterns: every exponent, both signs, NaNs."""
-    itype = np.int64 if dtype == np.float64 else np.int32
-    info = np.iinfo(itype)
-    return rng.integers(info.min, info.max, n, dtype=itype).view(dtype)
 
 
 def around(*values, steps=3):
@@ -237,7 +224,7 @@ def test_two_prod_without_fma():
     """The Dekker product used where the CPU has no FMA is exact too."""
     rng = np.random.default_rng(5)
     for a, b in rng.uniform(-1, 1, (200, 2)) * 10.0 ** rng.integers(-100, 100, (200, 2)):
-        assert explog._two_prod_dekker(a, b) == explog._two_prod_fma(a, b)
+        assert common.two_prod_dekker(a, b) == common.two_prod_fma(a, b)
 
 
 # --- vectorisation --------------------------------------------------------------------

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, strategies as st
 from numba.core.errors import TypingError
 
-from dualbcast.vmath import trig
-from ulp import max_ulp, ulp_errors
+from dualbcast.vmath import common, trig
+from ulp import assert_same_signs, max_ulp, random_bits, ulp_errors
 
 L = np.longdouble
 REFERENCE = {"sin": np.sin, "cos": np.cos}
@@ -40,19 +40,6 @@ def run(name, x):
 def reference(name, x):
     with np.errstate(all="ignore"):
         return REFERENCE[name](x.astype(L))
-
-
-def assert_same_signs(got, expected):
-    """Signs agree, signed zeros included (a NaN's sign bit means nothing)."""
-    number = ~np.isnan(expected)
-    np.testing.assert_array_equal(np.signbit(got[number]), np.signbit(expected[number]))
-
-
-def random_bits(rng, n, dtype=np.float64):
-    """Floats with uniformly random bit patterns: every exponent, both signs, NaNs."""
-    itype = np.int64 if dtype == np.float64 else np.int32
-    info = np.iinfo(itype)
-    return rng.integers(info.min, info.max, n, dtype=itype).view(dtype)
 
 
 def around(values, steps=2):
@@ -230,7 +217,7 @@ def test_two_prod_without_fma():
     xs = rng.uniform(1, 2, 500) * 2.0 ** rng.integers(-27, 654, 500)
     ts = trig._TABLE.ravel()[rng.integers(0, trig._TABLE.size, 500)]
     for a, b in zip(xs, ts):
-        assert trig._two_prod_dekker(a, b) == trig._two_prod_fma(a, b)
+        assert common.two_prod_dekker(a, b) == common.two_prod_fma(a, b)
 
 
 # --- vectorisation --------------------------------------------------------------------

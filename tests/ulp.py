@@ -31,3 +31,16 @@ def ulp_errors(got, exact):
 def max_ulp(got, exact):
     errors = ulp_errors(got, exact)
     return float(errors.max()) if errors.size else 0.0
+
+
+def assert_same_signs(got, expected):
+    """Signs agree, signed zeros included (a NaN's sign bit means nothing)."""
+    number = ~np.isnan(expected)
+    np.testing.assert_array_equal(np.signbit(got[number]), np.signbit(expected[number]))
+
+
+def random_bits(rng, n, dtype=np.float64):
+    """Floats with uniformly random bit patterns: every exponent, both signs, NaNs."""
+    itype = np.int64 if dtype == np.float64 else np.int32
+    info = np.iinfo(itype)
+    return rng.integers(info.min, info.max, n, dtype=itype).view(dtype)

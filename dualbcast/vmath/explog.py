@@ -90,18 +90,17 @@ x = U(0, 3), ``numba.njit(fastmath={"reassoc"})``: 1.4 ns per element (``math.ex
 """
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
-from numba.core import codegen as _codegen, config as _config
-from numba.core.errors import TypingError
-from numba.extending import intrinsic, overload
+from numba import types
+from numba.extending import intrinsic
 
 from .bits import bits_float, float_bits
+from .common import (HAS_FMA as _HAS_FMA, f64 as _f64, fast_two_sum as _fast_two_sum,
+                     in_precision_of as _in_precision_of,
+                     in_precision_of_both as _in_precision_of_both, jit as _jit, mla as _mla,
+                     two_prod as _two_prod, two_sum as _two_sum)
 
 __all__ = ["exp", "expm1", "log", "log1p", "tanh", "pow"]
 
-# numpy error model: float division never raises (no branches); forceinline: LLVM inlines
-# every call (alwaysinline), so a loop calling these sees straight-line code to vectorise.
-_jit = njit(error_model="numpy", forceinline=True)
 
 _INF = np.inf
 _NAN = np.nan
@@ -140,16 +139,6 @@ _LOG_R = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.8571428743662391
           1.479819860511658591e-01)
 
 
-# --- error-free transformations -------------------------------------------------------
-
-def _target_has_fma():
-    features = _config.CPU_FEATURES
-    if features is None:
-        features = _codegen.get_host_cpu_features()
-    return "+fma" in features.split(",")
-
-
-_HAS_FMA = _target_has_fma()
 
 # exp's reduction x - k ln2 = r1 - k _EXP_LN2_LO with r1 exact: with an FMA, r1 =
 # fma(-k, ln2, x) for the double nearest ln2; without, x - k * _LN2_HI (32 bits).
@@ -159,17 +148,6 @@ _EXP_LN2_LO = 2.3190468138462996e-17 if _HAS_FMA else _LN2_LO
 _EXP_Q = (0.500000000000001, 0.16666666666666669, 0.04166666666652399, 0.008333333333326844,
           0.001388888894726202, 0.00019841269875848277, 2.4801487910440537e-05,
           2.7557252261781115e-06, 2.763245052662177e-07, 2.5106860987802246e-08)
-
-
-@intrinsic
-def _fma(typingctx, a, b, c):
-    """a * b + c with one rounding (llvm.fma: one instruction on FMA hardware)."""
-    if not (a == b == c == types.float64):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.fma(*args)
-    return types.float64(a, b, c), codegen
 
 
 @intrinsic
@@ -196,53 +174,6 @@ def _lshr52(typingctx, i):
     def codegen(context, builder, signature, args):
         return builder.lshr(args[0], ir.Constant(ir.IntType(64), 52))
     return types.int64(i), codegen
-
-
-@_jit
-def _mul_add(a, b, c):
-    return a * b + c
-
-
-# Polynomials: fused where the hardware fuses (faster; the accuracy does not need it).
-_mla = _fma if _HAS_FMA else _mul_add
-
-
-@_jit
-def _two_prod_fma(a, b):
-    """(p, e) with p = fl(a * b) and p + e = a * b exactly."""
-    p = a * b
-    return p, _fma(a, b, -p)
-
-
-@_jit
-def _two_prod_dekker(a, b):
-    """_two_prod_fma without an FMA (Dekker/Veltkamp splitting; |a|, |b| < 2**995)."""
-    p = a * b
-    t = 134217729.0 * a
-    ah = t - (t - a)
-    al = a - ah
-    t = 134217729.0 * b
-    bh = t - (t - b)
-    bl = b - bh
-    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
-
-
-_two_prod = _two_prod_fma if _HAS_FMA else _two_prod_dekker
-
-
-@_jit
-def _two_sum(a, b):
-    """(s, e) with s = fl(a + b) and s + e = a + b exactly."""
-    s = a + b
-    bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
-
-
-@_jit
-def _fast_two_sum(a, b):
-    """_two_sum for exponent(a) >= exponent(b)."""
-    s = a + b
-    return s, b - (s - a)
 
 
 @_jit
@@ -523,70 +454,37 @@ def _pow64(x, y):
 
 # --- float32 / float64 entry points ---------------------------------------------------
 
-def _f64(x):
-    """x as a float64 (typing stub)."""
-
-
-@overload(_f64, inline="always")
-def _ol_f64(x):
-    if x in (types.float32, types.float64):
-        return lambda x: np.float64(x)
-    raise TypingError(f"dualbcast.vmath.explog takes float32 or float64 arguments, not {x}")
-
-
-def _like(x, r):
-    """The float64 result r in x's precision (typing stub)."""
-
-
-@overload(_like, inline="always")
-def _ol_like(x, r):
-    if x == types.float32:
-        return lambda x, r: np.float32(r)
-    return lambda x, r: r
-
-
-def _like2(x, y, r):
-    """The float64 result r as float32 if x and y are float32 (typing stub)."""
-
-
-@overload(_like2, inline="always")
-def _ol_like2(x, y, r):
-    if x == y == types.float32:
-        return lambda x, y, r: np.float32(r)
-    return lambda x, y, r: r
-
-
 @_jit
 def exp(x):
     """e**x."""
-    return _like(x, _exp64(_f64(x)))
+    return _in_precision_of(x, _exp64(_f64(x)))
 
 
 @_jit
 def expm1(x):
     """e**x - 1, accurate for small x."""
-    return _like(x, _expm1_64(_f64(x)))
+    return _in_precision_of(x, _expm1_64(_f64(x)))
 
 
 @_jit
 def log(x):
     """Natural logarithm."""
-    return _like(x, _log64(_f64(x)))
+    return _in_precision_of(x, _log64(_f64(x)))
 
 
 @_jit
 def log1p(x):
     """log(1 + x), accurate for small x."""
-    return _like(x, _log1p64(_f64(x)))
+    return _in_precision_of(x, _log1p64(_f64(x)))
 
 
 @_jit
 def tanh(x):
     """Hyperbolic tangent."""
-    return _like(x, _tanh64(_f64(x)))
+    return _in_precision_of(x, _tanh64(_f64(x)))
 
 
 @_jit
 def pow(x, y):
     """x**y with C99 pow's special cases."""
-    return _like2(x, y, _pow64(_f64(x), _f64(y)))
+    return _in_precision_of_both(x, y, _pow64(_f64(x), _f64(y)))

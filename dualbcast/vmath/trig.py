@@ -75,18 +75,13 @@ reduction (24-bit mantissas, |x| < 2**128) could be about half as costly.
 import math
 
 import numpy as np
-from numba import njit, types
-from numba.core import codegen as _codegen, config as _config
-from numba.core.errors import TypingError
-from numba.extending import intrinsic
 
 from .bits import float_bits
+from .common import (f64 as _f64, fast_two_sum as _fast_two_sum,
+                     in_precision_of as _in_precision_of, jit as _jit, mla as _mla,
+                     two_prod as _two_prod, two_sum as _two_sum)
 
 __all__ = ["sin", "cos"]
-
-# numpy error model: no exception branches; forceinline: LLVM inlines every call, so a
-# loop calling sin sees straight-line code to vectorise.
-_jit = njit(error_model="numpy", forceinline=True)
 
 
 # --- the bits of 2/pi and the Payne-Hanek table ---------------------------------------
@@ -160,71 +155,6 @@ _C6 = -1.13596475577881948265e-11
 _TINY = 2.0**-27             # below: sin(x) rounds to x, cos(x) to 1
 _DOWN = 2.0**-_SCALE
 _MAX = 1.7976931348623157e308
-
-
-# --- error-free transformations -------------------------------------------------------
-
-def _target_has_fma():
-    features = _config.CPU_FEATURES
-    if features is None:
-        features = _codegen.get_host_cpu_features()
-    return "+fma" in features.split(",")
-
-
-@intrinsic
-def _fma(typingctx, a, b, c):
-    """a * b + c rounded once (llvm.fma: one instruction on FMA hardware)."""
-    if not (a == b == c == types.float64):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.fma(*args)
-    return types.float64(a, b, c), codegen
-
-
-@_jit
-def _mul_add(a, b, c):
-    return a * b + c
-
-
-@_jit
-def _two_prod_fma(a, b):
-    """(p, e): p = fl(a * b), p + e = a * b exactly."""
-    p = a * b
-    return p, _fma(a, b, -p)
-
-
-@_jit
-def _two_prod_dekker(a, b):
-    """_two_prod_fma without FMA (Veltkamp splitting; |a|, |b| < 2**995)."""
-    p = a * b
-    t = 134217729.0 * a
-    ah = t - (t - a)
-    al = a - ah
-    t = 134217729.0 * b
-    bh = t - (t - b)
-    bl = b - bh
-    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
-
-
-_HAS_FMA = _target_has_fma()
-_two_prod = _two_prod_fma if _HAS_FMA else _two_prod_dekker
-_mla = _fma if _HAS_FMA else _mul_add          # polynomials: fused where it is free
-
-
-@_jit
-def _two_sum(a, b):
-    """(s, e): s = fl(a + b), s + e = a + b exactly."""
-    s = a + b
-    bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
-
-
-@_jit
-def _fast_two_sum(a, b):
-    """_two_sum for a == 0 or exponent(a) >= exponent(b)."""
-    s = a + b
-    return s, b - (s - a)
 
 
 # --- float64 core ---------------------------------------------------------------------
@@ -308,24 +238,13 @@ def _cos64(x):
 
 # --- entry points: float64 -> float64, float32 -> float32 -----------------------------
 
-@intrinsic
-def _in_type_of(typingctx, x, result):
-    """The float64 ``result`` converted to the type of the argument ``x``."""
-    if x not in (types.float32, types.float64):
-        raise TypingError(f"dualbcast.vmath.trig takes float32 or float64, not {x}")
-
-    def codegen(context, builder, signature, args):
-        return context.cast(builder, args[1], types.float64, x)
-    return x(x, types.float64), codegen
-
-
 @_jit
 def sin(x):
     """sin(x) for a float64 or float32 x (float32: computed in float64, rounded once)."""
-    return _in_type_of(x, _sin64(np.float64(x)))
+    return _in_precision_of(x, _sin64(_f64(x)))
 
 
 @_jit
 def cos(x):
     """cos(x) for a float64 or float32 x (float32: computed in float64, rounded once)."""
-    return _in_type_of(x, _cos64(np.float64(x)))
+    return _in_precision_of(x, _cos64(_f64(x)))
