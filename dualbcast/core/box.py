@@ -146,89 +146,50 @@ def _binary(ufunc, op):
 
 
 def _operator(ufunc, op, x, y):
-    linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
-    if linear is not None:
-        # The hottest path of scalar code (a fold, a polynomial in a kernel's sum):
-        # x + y, x - y, x * y of traced scalars, or of one and a number.
-        record = _linear_record(op, linear, x, y)
-        if record is not None:
-            return record
     vjps = UFUNC_VJPS.get(ufunc)
     if vjps is None:
         if ufunc in CONSTANT_UFUNCS:
             return op(unbox(x), unbox(y))
         return call_ufunc(ufunc, (x, y))    # raises NotImplementedError naming the ufunc
-    # The hot path of scalar code (the fold of the control-flow seed): ``apply`` and
-    # ``record`` unrolled for two arguments of which one or both are traced.
+    # The hot path of scalar code (a fold, a polynomial of a kernel's sum): ``apply``
+    # and ``record`` unrolled for two arguments of which one or both are traced.
     # ``saved``: what the record keeps for the backward pass (constants snapshotted).
     if type(x) is Box:
         tape = x.tape
         if type(y) is Box:
             if y.tape is not tape:
                 return apply(op, vjps, (x, y))    # raises the mixed-traces error
-            ans = op(x.value, y.value)
-            parents, argnums, saved = (x.slot, y.slot), _BOTH, (x.value, y.value)
+            xv, yv = x.value, y.value
+            parents, argnums, saved = (x.slot, y.slot), _BOTH, (xv, yv)
         else:
-            ans = op(x.value, y)
-            parents, argnums, saved = (x.slot,), _FIRST, (x.value, snapshot(y))
+            xv, yv = x.value, y
+            parents, argnums, saved = (x.slot,), _FIRST, (xv, snapshot(y))
     else:
         tape = y.tape
-        ans = op(x, y.value)
-        parents, argnums, saved = (y.slot,), _SECOND, (snapshot(x), y.value)
+        xv, yv = x, y.value
+        parents, argnums, saved = (y.slot,), _SECOND, (snapshot(x), yv)
     if tape.closed or None in vjps:
         return apply(op, vjps, (x, y))            # the general path and its errors
+    ans = op(xv, yv)
     values = tape.values
     slot = len(values)
+    values.append(ans)
     if type(ans) is not np.ndarray:
         linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
         if linear is not None:
             # x + y, x - y, x * y on scalars: the local partials are the operands or
             # constants, so the record keeps them and backward only multiplies.
-            dx, dy = linear(*saved)
-            partials = (dx, dy) if argnums is _BOTH else (dx,) if argnums is _FIRST else (dy,)
-            values.append(ans)
+            partials = linear(*saved)
+            if argnums is not _BOTH:
+                partials = (partials[argnums[0]],)
             tape.records.append((slot, parents, partials))
             return Box(ans, slot, tape)
         vjps = SCALAR_UFUNC_VJPS.get(ufunc, vjps)
-    values.append(ans)
     tape.records.append((slot, parents, argnums, vjps, ans, saved, _NO_KWARGS))
     return Box(ans, slot, tape)
 
 
 _FIRST, _SECOND, _BOTH = (0,), (1,), (0, 1)
-_NUMBERS = frozenset({float, int, np.float64, np.float32, np.float16})
-
-
-def _linear_record(op, linear, x, y):
-    """The box of ``op(x, y)`` recorded with its local partials, or None when this
-    is not the scalar case (arrays, other constants, a closed or foreign tape: the
-    general path handles those, and raises the errors)."""
-    if type(x) is Box:
-        tape = x.tape
-        if type(y) is Box:
-            if y.tape is not tape:
-                return None
-            xv, yv, parents, which = x.value, y.value, (x.slot, y.slot), _BOTH
-        elif type(y) in _NUMBERS:
-            xv, yv, parents, which = x.value, y, (x.slot,), _FIRST
-        else:
-            return None
-    elif type(x) in _NUMBERS:
-        tape = y.tape
-        xv, yv, parents, which = x, y.value, (y.slot,), _SECOND
-    else:
-        return None
-    if tape.closed or type(xv) is np.ndarray or type(yv) is np.ndarray:
-        return None
-    ans = op(xv, yv)
-    partials = linear(xv, yv)
-    if which is not _BOTH:
-        partials = (partials[which[0]],)
-    values = tape.values
-    slot = len(values)
-    values.append(ans)
-    tape.records.append((slot, parents, partials))
-    return Box(ans, slot, tape)
 
 
 def _operator_unary(ufunc, op, x):

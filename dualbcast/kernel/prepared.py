@@ -28,13 +28,13 @@ class PreparedCall:
         self.scalar_type = plan.dtype.type
         self.size = math.prod(plan.shape)
         loop_shape = plan.loop_shape
+        inner = math.prod(loop_shape[1:])           # elements per step of the outer loop
         if not loop_shape:
             self.rows, self.nchunks = 1, 1
         else:
-            inner = math.prod(loop_shape[1:])
             self.rows = max(1, CHUNK_ELEMENTS // max(inner, 1))
             self.nchunks = -(-loop_shape[0] // self.rows)
-        self.chunk_size = self.rows * math.prod(loop_shape[1:])    # elements per chunk
+        self.chunk_size = self.rows * inner         # elements per chunk
         self.totals_width = 1 + sum(kind == REGISTER for kind, *_ in gradients)
         # The common case, every gradient stored whole in its own dtype: no bookkeeping.
         self.all_stored = all(kind == STORE and _storable(dtype) == dtype
