@@ -9,6 +9,7 @@ import numpy as np
 
 from .box import Box, snapshot
 from .pytree import LEAF, describe, flatten, flatten_like, unflatten
+from .replay import GuardFailed, Programs
 from .tape import Tape, backward
 
 _current = threading.local()       # the tape being recorded on this thread, if any
@@ -37,17 +38,17 @@ def _tracing(single_use):
         _stop_tracing(tape)
 
 
-def grad(f, argnums=0, *, out=None):
+def grad(f, argnums=0, *, out=None, replay=True):
     """The gradient of a scalar function ``f`` with respect to the ``argnums``
     arguments, like ``jax.grad``.  Each gradient has its argument's structure (nested
     tuples, lists, dicts), shapes and dtypes; ``argnums`` a tuple gives a tuple.
-    ``out``: see :func:`value_and_grad`.
+    ``out`` and ``replay``: see :func:`value_and_grad`.
 
     >>> import numpy as np, dualbcast as db
     >>> db.grad(lambda x: np.sum(x ** 2))(np.array([1.0, 2.0]))
     array([2., 4.])
     """
-    value_and_grad_f = value_and_grad(f, argnums, out=out)
+    value_and_grad_f = value_and_grad(f, argnums, out=out, replay=replay)
 
     @functools.wraps(f)
     def grad_f(*args, **kwargs):
@@ -55,7 +56,7 @@ def grad(f, argnums=0, *, out=None):
     return grad_f
 
 
-def value_and_grad(f, argnums=0, *, out=None):
+def value_and_grad(f, argnums=0, *, out=None, replay=True):
     """``f(*args)`` and its gradient with respect to the ``argnums`` arguments, from
     one forward and one backward pass.  Arguments not in ``argnums`` (and keyword
     arguments) are passed through untouched and never traced.
@@ -66,41 +67,75 @@ def value_and_grad(f, argnums=0, *, out=None):
     ``k.sum`` rule is written there directly: a repeated call allocates nothing of the
     gradient's size.
 
+    ``replay``: the first call with a given signature (the differentiated arguments'
+    structure, shapes and dtypes, the other arguments' values) traces ``f``; later
+    calls with that signature replay the recorded operations on the new values
+    without running ``f``'s Python code.  Control flow that depended on a traced
+    value (``if x > 0``, ``bool(x)``, ``np.argmax(x)``) is checked again on every
+    replay, and ``f`` is traced again when an outcome differs, so a replay computes
+    exactly what a trace would.  As with ``jax.jit``, ``f`` must compute from its
+    arguments: a global array changed in place is noticed (and a program that prints
+    a traced value is traced every time), but a rebound global, a random number drawn
+    inside ``f`` or another side effect is not; ``replay=False`` traces every call.
+
     >>> import numpy as np, dualbcast as db
     >>> db.value_and_grad(lambda x, a: a * np.sum(x), argnums=(0, 1))(np.ones(2), 3.0)
     (np.float64(6.0), (array([3., 3.]), 2.0))
     """
     single, requested = _check_argnums(argnums)
     positions_for = {}          # number of arguments -> positions of the differentiated ones
+    programs = Programs(Box) if replay else None
 
     @functools.wraps(f)
     def value_and_grad_f(*args, **kwargs):
         positions = positions_for.get(len(args))
         if positions is None:
             positions = positions_for[len(args)] = _positions(requested, argnums, len(args), f)
-        # _tracing() spelled out: a contextlib manager costs ~2 µs a call, a tenth of
-        # a small gradient.
-        tape = _start_tracing(single_use=True)
-        try:
-            traced_args, inputs = _trace_arguments(tape, args, positions)
-            if out is not None:
-                targets = _gradient_targets(out, inputs, single)
-                tape.gradient_buffers = {box.slot: target for box, target in targets
-                                         if target is not None}
-            result = f(*traced_args, **kwargs)
-        finally:
-            _stop_tracing(tape)
-        value, seeds = _scalar_output(result, f, tape)
-        grads = backward(tape, seeds)
-        if out is not None:
-            for box, target in targets:
-                if target is not None and grads[box.slot] is not target:
-                    target[...] = 0 if grads[box.slot] is None else grads[box.slot]
-                    grads[box.slot] = target
-        results = _gradients(grads, inputs, given={id(target) for _, target in targets}
-                             if out is not None else ())
-        return value, (results[0] if single else results)
+        call = programs.lookup(args, kwargs, positions) if programs is not None else None
+        if call is not None and call.program is not None:
+            answer = _run(f, args, kwargs, positions, out, single, call, replay=True)
+            if answer is not None:
+                return answer
+        return _run(f, args, kwargs, positions, out, single, call, replay=False)
     return value_and_grad_f
+
+
+def _run(f, args, kwargs, positions, out, single, call, replay):
+    """One value and gradient: by replaying ``call``'s program, or by tracing ``f``
+    (and keeping its program in ``call``, if there is one).  Returns None when a
+    replay's guard fails (it has written nothing to the caller's arrays that a trace
+    will not overwrite)."""
+    # _tracing() spelled out: a contextlib manager costs ~2 µs a call, a tenth of a
+    # small gradient.
+    tape = _start_tracing(single_use=True)
+    try:
+        traced_args, inputs = _trace_arguments(tape, args, positions)
+        if out is not None:
+            targets = _gradient_targets(out, inputs, single)
+            tape.gradient_buffers = {box.slot: target for box, target in targets
+                                     if target is not None}
+        if replay:
+            try:
+                result = call.run(tape)
+            except GuardFailed:
+                return None
+        else:
+            tape.for_replay = call is not None and call.wanted
+            result = f(*traced_args, **kwargs)
+    finally:
+        _stop_tracing(tape)
+    value, seeds = _scalar_output(result, f, tape)
+    if tape.for_replay:
+        call.keep(tape, result)
+    grads = backward(tape, seeds)
+    if out is not None:
+        for box, target in targets:
+            if target is not None and grads[box.slot] is not target:
+                target[...] = 0 if grads[box.slot] is None else grads[box.slot]
+                grads[box.slot] = target
+    results = _gradients(grads, inputs, given={id(target) for _, target in targets}
+                         if out is not None else ())
+    return value, (results[0] if single else results)
 
 
 def _gradient_targets(out, inputs, single):
@@ -195,7 +230,11 @@ def stop_gradient(x):
 
 def _constant(leaf):
     # Read-only: the tape still needs the value unchanged.
-    return _read_only(leaf.value) if type(leaf) is Box else leaf
+    if type(leaf) is not Box:
+        return leaf
+    # A constant the tape does not see being computed: a replay could not redo it.
+    leaf.tape.replayable = False
+    return _read_only(leaf.value)
 
 
 # ---------------------------------------------------------------------- helpers

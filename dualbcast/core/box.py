@@ -6,24 +6,34 @@ Operators, methods and NumPy functions (through ``__array_ufunc__`` and
 rule registered for the operation in :mod:`.registry`.  Anything without a rule raises
 ``NotImplementedError`` naming it: a gradient is never silently detached.  Writes into
 a box (``x[i] = v``, ``x += v``, ``out=x``) raise ``TypeError``: a box is immutable.
+
+Every place where a traced value leaves the tape as a plain constant (``bool(x)``, a
+comparison, ``np.floor(x)``, ``np.argmax(x)``) goes through :func:`escape`,
+which notes the outcome on the tape: a replay (:mod:`.replay`) re-checks those outcomes
+and re-traces when one differs, so control flow that depended on a value is never
+replayed down the wrong branch.
 """
 import operator
 
 import numpy as np
 
 from .registry import (CONSTANT_FUNCTIONS, CONSTANT_UFUNCS, FUNCTION_RULES,
-                       SCALAR_LINEAR_PARTIALS, SCALAR_UFUNC_VJPS, UFUNC_VJPS)
+                       SCALAR_LINEAR_PARTIALS, SCALAR_UFUNC_VJPS, SHAPE_ONLY_FUNCTIONS,
+                       UFUNC_VJPS)
+from .replay import Slot
 
 _NO_KWARGS = {}
 
 
 def trace_inputs(args, vjps=None):
-    """Unwrap the boxes among ``args``: ``(tape, values, parent_slots, argnums)``.
+    """Unwrap the boxes among ``args``: ``(tape, values, parent_slots, argnums,
+    others)``.
 
     ``argnums`` are the positions of traced arguments that are differentiated (those
-    whose ``vjps`` entry is not None; all of them when ``vjps`` is None)."""
+    whose ``vjps`` entry is not None; all of them when ``vjps`` is None); ``others``
+    the ``(position, slot)`` of the traced arguments that are not."""
     tape = None
-    parents = argnums = ()
+    parents = argnums = others = ()
     values = args
     for i, arg in enumerate(args):
         if type(arg) is Box:
@@ -41,22 +51,35 @@ def trace_inputs(args, vjps=None):
             if vjps is None or vjps[i] is not None:
                 parents += (arg.slot,)
                 argnums += (i,)
-    return tape, values, parents, argnums
+            else:
+                others += ((i, arg.slot),)
+    return tape, values, parents, argnums, others
 
 
 def apply(func, vjps, args, kwargs=_NO_KWARGS, scalar_vjps=None):
     """``func(*values of args, **kwargs)``, recorded when a differentiable argument is
     traced (``vjps[i]`` not None).  The one place where NumPy operations meet the tape.
     ``scalar_vjps``, if given, replace ``vjps`` when the result is a scalar."""
-    tape, values, parents, argnums = trace_inputs(args, vjps)
+    tape, values, parents, argnums, others = trace_inputs(args, vjps)
     ans = func(*values, **kwargs)
     if not parents:
+        if tape is not None:        # traced, but only through non-differentiable inputs
+            escape(tape, func, args, kwargs, ans)
         return ans
     if scalar_vjps is not None and type(ans) is not np.ndarray:
         vjps = scalar_vjps
-    saved = tuple(value if type(arg) is Box else snapshot(value)
+    saved = tuple(value if type(arg) is Box else keep(tape, value)
                   for arg, value in zip(args, values))
-    return record(tape, ans, parents, argnums, vjps, saved, kwargs)
+    return record(tape, ans, parents, argnums, vjps, saved, kwargs, func, others)
+
+
+def keep(tape, constant):
+    """``snapshot(constant)``, and when the copy is a new array and ``tape`` may be
+    replayed, the pair: a replay checks the original still holds what was copied."""
+    kept = snapshot(constant)
+    if kept is not constant and tape is not None and tape.for_replay:
+        tape.copies.append((constant, kept))
+    return kept
 
 
 def snapshot(constant):
@@ -69,12 +92,59 @@ def snapshot(constant):
     return constant
 
 
-def record(tape, ans, parents, argnums, vjps, args, kwargs=_NO_KWARGS):
-    """Append a record to ``tape`` and return the box of its result."""
+def record(tape, ans, parents, argnums, vjps, saved, kwargs, func, others=()):
+    """Append a record of ``ans = func(*saved, **kwargs)`` to ``tape`` and return the
+    box of its result.  ``saved``: the argument values the vjps see; ``others``:
+    ``(position, slot)`` of traced arguments that are not parents (a replay rebinds
+    them with the parents)."""
     slot = len(tape.values)
     tape.values.append(ans)
-    tape.records.append((slot, parents, argnums, vjps, ans, args, kwargs))
+    tape.records.append((slot, parents, argnums, vjps, ans, saved, kwargs, func, others))
     return Box(ans, slot, tape)
+
+
+def escape(tape, func, args, kwargs, result):
+    """Note on ``tape`` that ``result = func(*args, **kwargs)``, computed from traced
+    values, left the tape as a constant; returns ``result``.  (Boxes are kept as their
+    slots: a tape must not hold its own boxes, or it would live until the next garbage
+    collection.)"""
+    if tape.for_replay and not tape.closed:
+        tape.guards.append((len(tape.records), func, _slots(args),
+                            {k: _slot(v) for k, v in kwargs.items()}, result))
+    return result
+
+
+def _slots(args):
+    return tuple(_slot(arg) for arg in args)
+
+
+def _slot(arg):
+    if type(arg) is Box:
+        return Slot(arg.slot)
+    if type(arg) in (list, tuple):
+        return type(arg)(_slot(item) for item in arg)
+    return arg
+
+
+def constant(func, args, kwargs=_NO_KWARGS):
+    """``func`` on the values of ``args`` (boxes may sit one list deep), a constant:
+    noted as an escape when a box was among them."""
+    result = func(*map(_unbox_nested, args), **{k: _unbox_nested(v) for k, v in kwargs.items()})
+    tape = _tape_among(args) or _tape_among(kwargs.values())
+    if tape is not None and func not in SHAPE_ONLY_FUNCTIONS:
+        escape(tape, func, args, kwargs, result)
+    return result
+
+
+def _tape_among(args):
+    for arg in args:
+        if type(arg) is Box:
+            return arg.tape
+        if type(arg) in (list, tuple):
+            for item in arg:
+                if type(item) is Box:
+                    return item.tape
+    return None
 
 
 def unbox(x):
@@ -87,7 +157,7 @@ def call_ufunc(ufunc, inputs):
     if vjps is not None:
         return apply(ufunc, vjps, inputs, scalar_vjps=SCALAR_UFUNC_VJPS.get(ufunc))
     if ufunc in CONSTANT_UFUNCS:
-        return ufunc(*map(unbox, inputs))
+        return constant(ufunc, inputs)
     raise NotImplementedError(f"dualbcast has no gradient rule for numpy.{ufunc.__name__} "
                               f"(called on a traced value)")
 
@@ -97,8 +167,7 @@ def call_function(func, args, kwargs):
     if rule is not None:
         return rule(*args, **kwargs)
     if func in CONSTANT_FUNCTIONS:
-        return func(*map(_unbox_nested, args),
-                    **{k: _unbox_nested(v) for k, v in kwargs.items()})
+        return constant(func, args, kwargs)
     name = getattr(func, "__name__", repr(func))
     module = getattr(func, "__module__", None) or "numpy"
     raise NotImplementedError(f"dualbcast has no gradient rule for {module}.{name} "
@@ -149,7 +218,7 @@ def _operator(ufunc, op, x, y):
     vjps = UFUNC_VJPS.get(ufunc)
     if vjps is None:
         if ufunc in CONSTANT_UFUNCS:
-            return op(unbox(x), unbox(y))
+            return constant(op, (x, y))
         return call_ufunc(ufunc, (x, y))    # raises NotImplementedError naming the ufunc
     # The hot path of scalar code (a fold, a polynomial of a kernel's sum): ``apply``
     # and ``record`` unrolled for two arguments of which one or both are traced.
@@ -163,11 +232,11 @@ def _operator(ufunc, op, x, y):
             parents, argnums, saved = (x.slot, y.slot), _BOTH, (xv, yv)
         else:
             xv, yv = x.value, y
-            parents, argnums, saved = (x.slot,), _FIRST, (xv, snapshot(y))
+            parents, argnums, saved = (x.slot,), _FIRST, (xv, keep(tape, y))
     else:
         tape = y.tape
         xv, yv = x, y.value
-        parents, argnums, saved = (y.slot,), _SECOND, (snapshot(x), yv)
+        parents, argnums, saved = (y.slot,), _SECOND, (keep(tape, x), yv)
     if tape.closed or None in vjps:
         return apply(op, vjps, (x, y))            # the general path and its errors
     ans = op(xv, yv)
@@ -182,10 +251,10 @@ def _operator(ufunc, op, x, y):
             partials = linear(*saved)
             if argnums is not _BOTH:
                 partials = (partials[argnums[0]],)
-            tape.records.append((slot, parents, partials))
+            tape.records.append((slot, parents, partials, op, saved, linear, argnums))
             return Box(ans, slot, tape)
         vjps = SCALAR_UFUNC_VJPS.get(ufunc, vjps)
-    tape.records.append((slot, parents, argnums, vjps, ans, saved, _NO_KWARGS))
+    tape.records.append((slot, parents, argnums, vjps, ans, saved, _NO_KWARGS, op, ()))
     return Box(ans, slot, tape)
 
 
@@ -198,7 +267,7 @@ def _operator_unary(ufunc, op, x):
 
 def _comparison(op):
     def compare(self, other):
-        return op(self.value, unbox(other))
+        return escape(self.tape, op, (self, other), _NO_KWARGS, op(self.value, unbox(other)))
     return compare
 
 
@@ -229,10 +298,18 @@ class Box:
         self.tape = tape
 
     def __repr__(self):
+        self._printed()
         return f"Box({self.value!r})"
 
     def __format__(self, spec):
+        self._printed()
         return format(self.value, spec)         # printing a value detaches nothing
+
+    def _printed(self):
+        # A program that prints a traced value is traced on every call, so that what
+        # it prints is never skipped by a replay.
+        if not self.tape.closed:
+            self.tape.replayable = False
 
     # --------------------------------------------------------------- array protocol
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -262,7 +339,7 @@ class Box:
 
     def __bool__(self):
         # Control flow on a value is fine: the branch taken is what gets differentiated.
-        return bool(self.value)
+        return escape(self.tape, bool, (self,), _NO_KWARGS, bool(self.value))
 
     # --------------------------------------------------------------- attributes
     shape = property(lambda self: np.shape(self.value))

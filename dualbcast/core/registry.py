@@ -13,6 +13,8 @@
   NumPy functions reached through ``__array_function__``.
 - ``CONSTANT_FUNCTIONS``: functions whose result does not depend differentiably on the
   values (``np.shape``, ``np.argmax``, ``np.zeros_like``...).
+- ``SHAPE_ONLY_FUNCTIONS``: those of them whose result depends on shapes and dtypes
+  only (``np.shape``, ``np.zeros_like``): a replay need not check it again.
 """
 UFUNC_VJPS = {}
 SCALAR_UFUNC_VJPS = {}
@@ -20,3 +22,4 @@ SCALAR_LINEAR_PARTIALS = {}
 CONSTANT_UFUNCS = set()
 FUNCTION_RULES = {}
 CONSTANT_FUNCTIONS = set()
+SHAPE_ONLY_FUNCTIONS = set()

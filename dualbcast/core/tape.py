@@ -4,16 +4,21 @@ Records are appended in execution order, so walking them in reverse visits every
 after all of its uses: a topological order for free, whatever Python control flow,
 recursion or memoisation produced the program.  A record is a plain tuple
 
-    (out_slot, parent_slots, argnums, vjps, ans, args, kwargs)
+    (out_slot, parent_slots, argnums, vjps, ans, saved, kwargs, func, args)
 
-meaning: ``ans = f(*args, **kwargs)`` was stored in ``out_slot``; the arguments at
+meaning: ``ans = func(*args, **kwargs)`` was stored in ``out_slot``; the arguments at
 positions ``argnums`` were traced values living in ``parent_slots``; ``vjps[i](g, ans,
-*args, **kwargs)`` is the cotangent of argument ``i`` given the cotangent ``g`` of
-``ans``.  Scalar ``x + y``, ``x - y`` and ``x * y`` (the bulk of scalar code) record
-``(out_slot, parent_slots, local_partials)`` instead: the cotangent of each parent is
-``g * partial``, with no call at all.  Only traced arguments that a rule can
-differentiate are parents, so constants cost nothing in the backward pass.  There is
-no math here: rules supply the vjps and the partials.
+*saved, **kwargs)`` is the cotangent of argument ``i`` given the cotangent ``g`` of
+``ans`` (``saved``: the argument values, constants snapshotted).  Scalar ``x + y``,
+``x - y`` and ``x * y`` (the bulk of scalar code) record
+
+    (out_slot, parent_slots, local_partials, op, args, partials_of, argnums)
+
+instead: the cotangent of each parent is ``g * partial``, with no call at all.  Only
+traced arguments that a rule can differentiate are parents, so constants cost nothing
+in the backward pass.  ``func``/``op`` and ``args`` (boxes and constants) are there
+for a replay (:mod:`.replay`); so are the tape's ``guards``, the outcomes that
+steered the program.  There is no math here: rules supply the vjps and the partials.
 """
 import numpy as np
 
@@ -41,7 +46,8 @@ except ImportError:                                  # another NumPy: the public
 class Tape:
     """One trace: the values of its slots and the records that produced them."""
 
-    __slots__ = ("values", "records", "closed", "single_use", "gradient_buffers")
+    __slots__ = ("values", "records", "closed", "single_use", "gradient_buffers",
+                 "for_replay", "guards", "copies", "replayable")
 
     def __init__(self, single_use):
         self.values = []        # primal value of each slot (shape and dtype of its gradient)
@@ -54,6 +60,14 @@ class Tape:
         # slot -> the caller's array its gradient goes into (value_and_grad(out=...)):
         # a rule that computes a whole gradient of that slot may write it there.
         self.gradient_buffers = None
+        # What a replay needs (kept only when the tape may become one, for_replay):
+        # guards, (record count, func, args, kwargs, result) for each constant computed
+        # from traced values (bool(x), x > 0, np.argmax(x)) that a replay must find
+        # unchanged; copies, (original, copy) for each constant array the records copied.
+        self.for_replay = False
+        self.guards = []
+        self.copies = []
+        self.replayable = True  # False once the program did what a replay cannot check
 
 
 class SparseCotangent:
@@ -90,8 +104,8 @@ def backward(tape, seeds):
             if g is None:
                 continue
             grads[record[0]] = None
-            if len(record) == 3:
-                # (out_slot, parent_slots, local_partials) of a scalar x + y, x - y,
+            if len(record) == 7:
+                # (out_slot, parent_slots, local_partials, ...) of a scalar x + y, x - y,
                 # x * y.  A zero cotangent contributes nothing (NaN-safe: 0 * inf is 0).
                 if g == 0:
                     continue
@@ -104,7 +118,7 @@ def backward(tape, seeds):
                     else:
                         _accumulate(grads, owned, values, slot, g * partial)
                 continue
-            out_slot, parents, argnums, vjps, ans, args, kwargs = record
+            out_slot, parents, argnums, vjps, ans, args, kwargs, _, _ = record
             for slot, i in zip(parents, argnums):
                 ct = vjps[i](g, ans, *args, **kwargs) if kwargs else vjps[i](g, ans, *args)
                 if grads[slot] is None and type(ct) is not SparseCotangent:

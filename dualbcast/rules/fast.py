@@ -8,33 +8,83 @@ in the loop), so its backward only scales by the cotangent, in place when it may
 """
 import numpy as np
 
-from ..core.box import Box, record, trace_inputs
+from ..core.box import Box, keep, record, trace_inputs
+from ..core.replay import BY_IDENTITY, Rerun
+from ..kernel.fast_broadcast import FastBroadcast
 from ..kernel.threads import multiply_in_place
 from ..kernel.tracing import hook
 from .common import nan_safe, shape_of, unbroadcast
 
 
 def traced_call(kernel, args):
-    tape, values, parents, active = trace_inputs(args)
-    ans, partials = kernel.value_and_partials(*values, wrt=active)
-    vjps = [None] * len(args)
-    for i, partial in zip(active, partials):
-        vjps[i] = _map_vjp(partial, i, tape.single_use)
-    return record(tape, ans, parents, active, vjps, tuple(values))
+    return _traced(_CallRule, kernel, args)
 
 
 def traced_sum(kernel, args):
-    tape, values, parents, active = trace_inputs(args)
-    out = None
-    if tape.gradient_buffers:
-        # value_and_grad(out=...): the loop writes the gradient of an argument straight
-        # into the caller's array (once: a second use of the argument adds to it later).
-        out = tuple(tape.gradient_buffers.pop(slot, None) for slot in parents)
-    total, gradients = kernel.sum_and_partials(*values, wrt=active, out=out)
-    vjps = [None] * len(args)
-    for i, gradient in zip(active, gradients):
-        vjps[i] = _sum_vjp(gradient, tape.single_use)
-    return record(tape, total, parents, active, vjps, tuple(values))
+    return _traced(_SumRule, kernel, args)
+
+
+def _traced(rule_type, kernel, args):
+    tape, values, parents, active, _ = trace_inputs(args)
+    rule = rule_type(kernel, active)
+    ans, vjps = rule(tape, values, parents)
+    if tape.for_replay:
+        # The backward pass needs no constant; a replay needs them as they are now, so
+        # writeable arrays are copied, up to a size: a larger one (the large constant
+        # touched once) would cost a copy the size of the work, and only the trace's
+        # Python overhead, negligible at that size, is saved by replaying it.
+        values = [value if type(arg) is Box else _kept(tape, value)
+                  for arg, value in zip(args, values)]
+    return record(tape, ans, parents, active, vjps, tuple(values), _NO_KWARGS, rule)
+
+
+REPLAY_COPY_LIMIT = 1 << 20          # bytes of constant array a kernel record copies
+
+
+def _kept(tape, value):
+    if type(value) is np.ndarray and value.flags.writeable and value.nbytes > REPLAY_COPY_LIMIT:
+        tape.replayable = False
+        return value
+    return keep(tape, value)
+
+
+class _KernelRule(Rerun):
+    """A fast rule as a record's ``func``: ``rule(tape, values, parents) -> (ans,
+    vjps)``, so that a replay runs the kernel's loop again and gets fresh vjps."""
+
+    __slots__ = ("kernel", "active")
+
+    def __init__(self, kernel, active):
+        self.kernel = kernel
+        self.active = active        # positions of the traced arguments
+
+
+class _CallRule(_KernelRule):
+    __slots__ = ()
+
+    def __call__(self, tape, values, parents):
+        ans, partials = self.kernel.value_and_partials(*values, wrt=self.active)
+        vjps = [None] * len(values)
+        for i, partial in zip(self.active, partials):
+            vjps[i] = _map_vjp(partial, i, tape.single_use)
+        return ans, vjps
+
+
+class _SumRule(_KernelRule):
+    __slots__ = ()
+
+    def __call__(self, tape, values, parents):
+        out = None
+        if tape.gradient_buffers:
+            # value_and_grad(out=...): the loop writes the gradient of an argument
+            # straight into the caller's array (once: a second use of the argument adds
+            # to it later).
+            out = tuple(tape.gradient_buffers.pop(slot, None) for slot in parents)
+        total, gradients = self.kernel.sum_and_partials(*values, wrt=self.active, out=out)
+        vjps = [None] * len(values)
+        for i, gradient in zip(self.active, gradients):
+            vjps[i] = _sum_vjp(gradient, tape.single_use)
+        return total, vjps
 
 
 def _map_vjp(partial, position, single_use):
@@ -61,6 +111,8 @@ def _sum_vjp(gradient, single_use):
     return vjp
 
 
+_NO_KWARGS = {}
+BY_IDENTITY.add(FastBroadcast)      # a kernel passed as an argument: replayable
 hook.box_type = Box
 hook.call = traced_call
 hook.sum = traced_sum

@@ -6,8 +6,8 @@ import operator
 
 import numpy as np
 
-from ..core.box import Box, apply, snapshot, unbox
-from ..core.registry import CONSTANT_FUNCTIONS, FUNCTION_RULES
+from ..core.box import Box, apply, constant, keep, unbox
+from ..core.registry import CONSTANT_FUNCTIONS, FUNCTION_RULES, SHAPE_ONLY_FUNCTIONS
 from ..core.tape import SparseCotangent
 from .common import constant_dtype, no_out, unbroadcast
 
@@ -102,7 +102,7 @@ def _copy(a, order="K", subok=False):
 def _astype(a, dtype, order="K", casting="unsafe", subok=True, copy=True):
     kind = np.dtype(dtype).kind
     if kind in "iub":
-        return np.asarray(unbox(a)).astype(dtype)[()]     # an int or bool: a constant
+        return constant(_cast, (a, dtype))                  # an int or bool: a constant
     if kind != "f":
         raise NotImplementedError(f"dualbcast: casting a traced value to {np.dtype(dtype)} "
                                   f"has no gradient rule (only float dtypes are traced)")
@@ -124,7 +124,8 @@ def _getitem(a, index):
         raise TypeError("indexing with a traced value: indices are integers or booleans, "
                         "which are never differentiated; use db.stop_gradient(i) or an int")
     if type(index) is tuple:            # index arrays are saved for the backward pass
-        index = tuple(snapshot(part) for part in index)
+        tape = a.tape if type(a) is Box else None
+        index = tuple(keep(tape, part) for part in index)
     return apply(operator.getitem, (_getitem_vjp, None), (a, index))
 
 
@@ -179,7 +180,7 @@ def _joining(join, vjp):
         arrays = tuple(arrays)
         kwargs = {"axis": axis, "dtype": dtype, "casting": casting}
         if constant_dtype(name, dtype):
-            return join([unbox(a) for a in arrays], **kwargs)
+            return constant(join, (list(arrays),), kwargs)
         return apply(joined, vjps(len(arrays)), arrays, kwargs)
     FUNCTION_RULES[join] = rule
     return rule
@@ -215,7 +216,7 @@ def _where_vjp_y(g, ans, condition, x, y):
 @_register(np.where)
 def _where_rule(condition, x=None, y=None):
     if x is None and y is None:
-        return np.where(unbox(condition))          # indices: a constant
+        return constant(np.where, (condition,))     # indices: a constant
     if x is None or y is None:
         raise ValueError("either both or neither of x and y should be given")
     return apply(np.where, (None, _where_vjp_x, _where_vjp_y), (condition, x, y))
@@ -244,4 +245,8 @@ CONSTANT_FUNCTIONS.update({
     np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.any, np.all, np.sign,
     np.round, np.around, np.floor, np.ceil, np.isnan, np.isfinite, np.isinf, np.searchsorted,
     np.iscomplexobj, np.isrealobj,
+})
+SHAPE_ONLY_FUNCTIONS.update({
+    np.shape, np.ndim, np.size, np.result_type, np.zeros_like, np.ones_like, np.empty_like,
+    np.full_like, np.iscomplexobj, np.isrealobj,
 })

@@ -1,0 +1,343 @@
+"""Replay: running a traced program again on new inputs, without tracing it.
+
+``value_and_grad`` keeps, per input signature, the program its trace recorded: the
+records (which function made each value from which slots and constants) and the guards
+(the constants computed from traced values that steered the program: ``bool(x)``,
+``x > 0``, ``np.argmax(x)``).  A replay calls the records' functions
+on the new values in order and builds a fresh tape for the usual backward pass: the
+user's Python code, its boxes and the rule lookups are skipped.  A guard whose outcome
+differs stops the replay before anything is returned, and the caller traces again.
+
+The signature a program is kept under holds everything a replay cannot re-check: the
+differentiated arguments' structure, shapes, dtypes and strides, and the exact value of
+every other argument (numbers by their bits; arrays by shape and dtype here, and by
+content in :meth:`Program.run`).  Arguments of other kinds (objects with state) make a
+call unreplayable: it is traced every time.
+
+What a replay assumes, as ``jax.jit`` does: ``f`` computes from its arguments.  A
+global or closure array it reads is checked for in-place changes (its content is
+compared with the copy the tape kept), and a program that prints a traced value or
+calls ``stop_gradient`` is traced every time; a name rebound to a new object, a random
+number drawn inside ``f``, or another side effect is not seen: pass such values as
+arguments, or use ``value_and_grad(f, replay=False)``.
+"""
+import types
+import weakref
+
+import numpy as np
+
+from .pytree import flatten
+
+
+class Unreplayable(Exception):
+    """An argument whose value a replay could not check."""
+
+
+class GuardFailed(Exception):
+    """A replay met a guard with another outcome than the trace: trace again."""
+
+
+class Rerun:
+    """Base of a record ``func`` that is a rule rather than a NumPy function:
+    ``func(tape, values, parents) -> (ans, vjps)`` (the kernels' fast rules, whose
+    vjps hold what their forward loop computed)."""
+
+    __slots__ = ()
+
+
+class Slot:
+    """Where a guard's argument was a traced value: the slot to read it from."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot):
+        self.slot = slot
+
+
+# --------------------------------------------------------------------- signatures
+
+_FLOAT_SCALARS = frozenset({float, np.float64, np.float32, np.float16})
+# Arguments a signature holds by identity: functions, and (registered by the rules)
+# kernels.  A function's closure could change; that is the assumption of the module
+# docstring again.
+BY_IDENTITY = {types.FunctionType, types.BuiltinFunctionType, types.MethodType, np.ufunc}
+
+
+def signature(args, kwargs, differentiated):
+    """``(key, arrays)``: a hashable key a replay's arguments must match, and the
+    non-differentiated arrays whose contents must match too.  Raises
+    :class:`Unreplayable` for an argument a replay cannot check."""
+    arrays = []
+    key = [_traced_key(arg) if traced else _constant_key(arg, arrays)
+           for arg, traced in zip(args, differentiated)]
+    if kwargs:
+        key.append(tuple((name, _constant_key(value, arrays)) for name, value in kwargs.items()))
+    return tuple(key), arrays
+
+
+def _traced_key(arg):
+    kind = type(arg)
+    if kind is np.ndarray:
+        return (arg.shape, arg.dtype, arg.strides)
+    if kind in _FLOAT_SCALARS:
+        return kind
+    leaves, tree = flatten(arg)
+    return (tree, tuple((leaf.shape, leaf.dtype, leaf.strides) if type(leaf) is np.ndarray
+                        else type(leaf) for leaf in leaves))
+
+
+def _constant_key(value, arrays):
+    kind = type(value)
+    if value is None or kind is bool or kind is int or kind is str or kind is bytes:
+        return (kind, value)
+    if kind is float:
+        return (kind, value.hex())          # its bits: -0.0 is not 0.0, nan is nan
+    if kind is np.ndarray:
+        if value.dtype.hasobject:
+            raise Unreplayable("an object array")
+        arrays.append(value)
+        return (kind, value.shape, value.dtype, value.strides)
+    if isinstance(value, np.generic):
+        return (kind, value.tobytes())
+    if kind is complex:
+        return (kind, value.real.hex(), value.imag.hex())
+    if kind is tuple or kind is list or isinstance(value, tuple):       # and namedtuples
+        return (kind, tuple(_constant_key(item, arrays) for item in value))
+    if kind is dict:
+        return (kind, tuple((k, _constant_key(v, arrays)) for k, v in value.items()))
+    if kind in BY_IDENTITY:
+        return (kind, value)
+    raise Unreplayable(f"an argument of type {kind.__name__}")
+
+
+def identical(a, b):
+    """Whether two constants are the same value: type, shape, dtype and bits (so
+    -0.0 differs from 0.0 and nan equals nan)."""
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind is np.ndarray:
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.dtype.kind in "fc" and a.dtype.itemsize in _UNSIGNED:
+            unsigned = _UNSIGNED[a.dtype.itemsize]
+            return bool(np.array_equal(a.view(unsigned), b.view(unsigned)))
+        return bool(np.array_equal(a, b))
+    if kind is tuple or kind is list:
+        return len(a) == len(b) and all(identical(x, y) for x, y in zip(a, b))
+    if kind is float:
+        return a.hex() == b.hex()
+    if isinstance(a, np.generic):
+        return a.tobytes() == b.tobytes()
+    return bool(a == b)
+
+
+_UNSIGNED = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+# --------------------------------------------------------------------- programs
+
+class Program:
+    """A traced program, ready to run on new values of the same signature."""
+
+    __slots__ = ("steps", "output", "arrays", "watched", "leaves")
+
+    def __init__(self, steps, output, arrays, watched, leaves):
+        self.steps = steps          # callables step(tape, values, records), in trace order
+        self.output = output        # ("slot", n) or ("constant", value)
+        self.arrays = arrays        # copies of the non-differentiated argument arrays
+        self.watched = watched      # (weakref to a constant array, the copy the tape kept)
+        self.leaves = leaves        # number of input slots
+
+    def run(self, tape, arrays, box_type):
+        """Fill ``tape`` (its input slots already there) and return the output, a box
+        or a constant; :class:`GuardFailed` when the program would differ."""
+        for given, kept in zip(arrays, self.arrays):
+            if not identical(given, kept):
+                raise GuardFailed
+        for ref, kept in self.watched:
+            original = ref()
+            if original is not None and not identical(original, kept):
+                raise GuardFailed       # a global array changed in place since the trace
+        values, records = tape.values, tape.records
+        if len(values) != self.leaves:
+            raise GuardFailed
+        for step in self.steps:
+            step(tape, values, records)
+        kind, output = self.output
+        return output if kind == "constant" else box_type(values[output], output, tape)
+
+
+def compile_program(tape, output, box_type, arrays):
+    """The :class:`Program` of a finished trace, or None if it cannot be replayed."""
+    if not tape.replayable:
+        return None
+    leaves = len(tape.values) - len(tape.records)
+    steps = []
+    guards = iter(tape.guards)
+    guard = next(guards, None)
+    for index, record in enumerate(tape.records):
+        while guard is not None and guard[0] == index:
+            steps.append(_guard_step(*guard[1:]))
+            guard = next(guards, None)
+        if record[0] != leaves + index:
+            return None                 # slots not in record order: nothing to rely on
+        steps.append(_linear_step(*record) if len(record) == 7 else _record_step(*record))
+    while guard is not None:
+        steps.append(_guard_step(*guard[1:]))
+        guard = next(guards, None)
+    if type(output) is box_type:
+        output = ("slot", output.slot)
+    else:
+        output = ("constant", output)
+    watched = []
+    for original, kept in {id(pair[1]): pair for pair in tape.copies}.values():
+        kept.flags.writeable = False    # the program's own constant from now on
+        watched.append((weakref.ref(original), kept))
+    return Program(steps, output, [np.array(a, copy=True) for a in arrays], watched, leaves)
+
+
+def _bound(argnums, parents, extra, saved):
+    """``(constants, positions)``: the arguments with traced ones blanked, and
+    ``(position, slot)`` of each traced one."""
+    positions = tuple(zip(argnums, parents)) + extra
+    constants = list(saved)
+    for i, _ in positions:
+        constants[i] = None             # drop the traced value: only its slot matters
+    return constants, positions
+
+
+def _record_step(out_slot, parents, argnums, vjps, ans, saved, kwargs, func, extra):
+    constants, positions = _bound(argnums, parents, extra, saved)
+    rerun = isinstance(func, Rerun)
+
+    def step(tape, values, records):
+        args = constants.copy()
+        for i, slot in positions:
+            args[i] = values[slot]
+        if rerun:
+            result, fresh_vjps = func(tape, args, parents)
+        else:
+            result = func(*args, **kwargs)
+            fresh_vjps = vjps
+        values.append(result)
+        records.append((out_slot, parents, argnums, fresh_vjps, result, tuple(args), kwargs,
+                        func, extra))
+    return step
+
+
+def _linear_step(out_slot, parents, partials, op, saved, partials_of, argnums):
+    (x, y), positions = _bound(argnums, parents, (), saved)
+    kept = argnums[0] if len(argnums) == 1 else None   # the one partial kept, if one
+
+    def step(tape, values, records):
+        a, b = x, y
+        for i, slot in positions:
+            if i:
+                b = values[slot]
+            else:
+                a = values[slot]
+        result = op(a, b)
+        local = partials_of(a, b)
+        if kept is not None:
+            local = (local[kept],)
+        values.append(result)
+        records.append((out_slot, parents, local, op, (a, b), partials_of, argnums))
+    return step
+
+
+def _guard_step(func, args, kwargs, expected):
+    def step(tape, values, records):
+        bound = [_bind(arg, values) for arg in args]
+        result = func(*bound, **{k: _bind(v, values) for k, v in kwargs.items()})
+        if not identical(result, expected):
+            raise GuardFailed
+    return step
+
+
+def _bind(arg, values):
+    if type(arg) is Slot:
+        return values[arg.slot]
+    if type(arg) in (list, tuple):
+        return type(arg)(_bind(item, values) for item in arg)
+    return arg
+
+
+# --------------------------------------------------------------------- the cache
+
+class Programs:
+    """The programs of one ``value_and_grad`` function, by signature."""
+
+    MAX_SIGNATURES = 32
+
+    def __init__(self, box_type):
+        self.box_type = box_type
+        self.entries = {}       # signature key -> _Entry, oldest first
+
+    def lookup(self, args, kwargs, positions):
+        """The :class:`Call` for these arguments, or None if they cannot be replayed."""
+        differentiated = [False] * len(args)
+        for i in positions:
+            differentiated[i] = True
+        try:
+            key, arrays = signature(args, kwargs, differentiated)
+            entry = self.entries.get(key)
+        except (Unreplayable, TypeError):       # TypeError: an unhashable dict key
+            return None
+        if entry is None:
+            if len(self.entries) >= self.MAX_SIGNATURES:
+                del self.entries[next(iter(self.entries))]
+            entry = self.entries[key] = _Entry()
+        return Call(self, entry, arrays)
+
+
+class _Entry:
+    __slots__ = ("program", "replays", "failures", "replayable")
+
+    def __init__(self):
+        self.program = None
+        self.replays = 0
+        self.failures = 0
+        self.replayable = True      # False once a trace did what a replay cannot redo
+
+    @property
+    def wanted(self):
+        # Control flow that changes on most calls (a branch on a value that keeps
+        # changing) makes every replay fail after its checks: stop recording then.
+        return self.replayable and self.failures <= 2 * self.replays + 4
+
+
+class Call:
+    """One call's arguments against its signature's entry."""
+
+    __slots__ = ("programs", "entry", "arrays")
+
+    def __init__(self, programs, entry, arrays):
+        self.programs = programs
+        self.entry = entry
+        self.arrays = arrays
+
+    @property
+    def program(self):
+        return self.entry.program
+
+    @property
+    def wanted(self):
+        return self.entry.wanted
+
+    def run(self, tape):
+        """The replay's output on ``tape``; :class:`GuardFailed` if it would differ."""
+        try:
+            result = self.entry.program.run(tape, self.arrays, self.programs.box_type)
+        except GuardFailed:
+            self.entry.failures += 1
+            self.entry.program = None
+            raise
+        self.entry.replays += 1
+        return result
+
+    def keep(self, tape, output):
+        """Compile and keep the program ``tape`` traced."""
+        program = compile_program(tape, output, self.programs.box_type, self.arrays)
+        self.entry.program = program
+        self.entry.replayable = program is not None

@@ -1,0 +1,395 @@
+"""Replay (dualbcast/core/replay.py): a value_and_grad function traces once per
+signature and replays afterwards, and a replay never differs from a trace.
+
+Each test counts how often the function's Python body runs (a trace runs it, a replay
+does not) and checks every gradient against autograd or a closed form."""
+import math
+
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dualbcast as db
+
+RNG = np.random.default_rng(7)
+
+
+class Counted:
+    """``f`` that counts the runs of its body (the traces)."""
+
+    def __init__(self, body):
+        self.body = body
+        self.runs = 0
+
+    def __call__(self, *args, **kwargs):
+        self.runs += 1
+        return self.body(*args, **kwargs)
+
+
+@db.fast_broadcast
+def rho(r):
+    return math.exp(-3.0 * (r + 1.0))
+
+
+def eam(np, rho_sum):
+    def energy(x):
+        p = rho_sum(x)
+        return p ** 2 + p ** 3 + 0.25 * p ** 4
+    return energy
+
+
+def test_eam_traces_once_and_replays_the_right_gradients():
+    f = Counted(eam(np, rho.sum))
+    vg = db.value_and_grad(f)
+    want = autograd.value_and_grad(eam(anp, lambda x: anp.sum(anp.exp(-3.0 * (x + 1.0)))))
+    for _ in range(4):
+        x = RNG.uniform(0, 1, 50)
+        value, gradient = vg(x)
+        value_want, gradient_want = want(x)
+        np.testing.assert_allclose(value, value_want, rtol=1e-12)
+        np.testing.assert_allclose(gradient, gradient_want, rtol=1e-12)
+    assert f.runs == 1
+
+
+def test_replay_false_traces_every_call():
+    f = Counted(eam(np, rho.sum))
+    vg = db.value_and_grad(f, replay=False)
+    for _ in range(3):
+        vg(RNG.uniform(0, 1, 5))
+    assert f.runs == 3
+    g = Counted(eam(np, rho.sum))
+    grad = db.grad(g, replay=False)
+    grad(np.ones(3))
+    grad(np.ones(3))
+    assert g.runs == 2
+
+
+# --- the branchy qux of the control-flow seed: bools as non-differentiated arguments ---
+
+def qux(np):
+    def f(a, b, x):
+        aa = np.sin(x) if a else np.cos(x)
+        return 1.0 / np.cosh(aa) if b else np.tanh(aa)
+    return f
+
+
+@pytest.mark.parametrize("repeat", [1, 2])
+def test_qux_each_branch_combination_is_its_own_replay(repeat):
+    f = Counted(qux(np))
+    grad = db.grad(f, argnums=2)
+    want = autograd.grad(qux(anp), 2)
+    combinations = [(True, False), (False, True), (True, True), (False, False)]
+    for _ in range(repeat):
+        for a, b in combinations:
+            x = float(RNG.uniform(-2, 2))
+            assert grad(a, b, x) == pytest.approx(want(a, b, x), rel=1e-12)
+    assert f.runs == len(combinations)
+
+
+def test_a_branch_on_a_traced_value_is_checked_on_every_replay():
+    def body(x):
+        if x > 0:
+            return np.sin(x) * x
+        return np.cos(x) - x
+    f = Counted(body)
+    grad = db.grad(f)
+    assert grad(1.0) == pytest.approx(math.cos(1.0) * 1.0 + math.sin(1.0))
+    assert grad(2.0) == pytest.approx(math.cos(2.0) * 2.0 + math.sin(2.0))
+    assert f.runs == 1                                  # same branch: replayed
+    assert grad(-1.0) == pytest.approx(-math.sin(-1.0) - 1.0)   # other branch: traced
+    assert f.runs == 2
+    assert grad(-3.0) == pytest.approx(-math.sin(-3.0) - 1.0)
+    assert f.runs == 2
+
+
+def test_bool_of_a_traced_value_and_a_while_loop():
+    def body(x):
+        y = x
+        while y < 10.0:                 # the number of iterations depends on x
+            y = y * 2.0
+        return y
+    f = Counted(body)
+    grad = db.grad(f)
+    assert grad(3.0) == 4.0             # 3 -> 6 -> 12
+    assert grad(4.0) == 4.0             # 4 -> 8 -> 16: same path, replayed
+    assert f.runs == 1
+    assert grad(1.0) == 16.0            # 1 -> 2 -> 4 -> 8 -> 16: a longer path
+    assert f.runs == 2
+
+
+def test_a_mask_from_a_comparison_is_checked():
+    def body(np):
+        return lambda x: np.sum(np.where(x > 0, x ** 2, np.sin(x)))
+    f = Counted(body(np))
+    grad = db.grad(f)
+    want = autograd.grad(body(anp))
+    x = np.array([1.0, -2.0, 3.0])
+    np.testing.assert_allclose(grad(x), want(x))
+    y = np.array([2.0, -1.0, 0.5])              # the same mask: replayed
+    np.testing.assert_allclose(grad(y), want(y))
+    assert f.runs == 1
+    z = np.array([-1.0, 2.0, 0.5])              # another mask: traced again
+    np.testing.assert_allclose(grad(z), want(z))
+    assert f.runs == 2
+
+
+def test_an_index_from_argmax_is_checked():
+    f = Counted(lambda x: x[np.argmax(x)] * 3.0 + np.sum(x))
+    grad = db.grad(f)
+    np.testing.assert_array_equal(grad(np.array([1.0, 5.0, 2.0])), [1.0, 4.0, 1.0])
+    np.testing.assert_array_equal(grad(np.array([0.0, 3.0, 2.0])), [1.0, 4.0, 1.0])
+    assert f.runs == 1
+    np.testing.assert_array_equal(grad(np.array([9.0, 3.0, 2.0])), [4.0, 1.0, 1.0])
+    assert f.runs == 2
+
+
+def test_an_integer_cast_of_a_traced_value_is_checked():
+    f = Counted(lambda x: x * np.sum(x.astype(np.int64)))
+    grad = db.grad(f)
+    assert grad(np.array(2.5)) == 2.0
+    assert grad(np.array(2.7)) == 2.0
+    assert f.runs == 1
+    assert grad(np.array(3.5)) == 3.0
+    assert f.runs == 2
+
+
+def test_a_flipping_branch_stops_being_recorded():
+    f = Counted(lambda x: np.sin(x) if x > 0 else np.cos(x))
+    grad = db.grad(f)
+    xs = [1.0, -1.0] * 12
+    for x in xs:
+        want = math.cos(x) if x > 0 else -math.sin(x)
+        assert grad(x) == pytest.approx(want)
+    assert f.runs == len(xs)            # every call traced, every gradient right
+    vg = db.value_and_grad(f)
+    for x in xs:
+        vg(x)
+    calls_before = f.runs
+    for x in xs[:4]:
+        vg(x)
+    assert f.runs == calls_before + 4
+
+
+# --- arguments a replay must match -------------------------------------------------
+
+def test_non_differentiated_array_argument_is_compared_by_content():
+    f = Counted(lambda x, a: np.sum(x * a) + np.sum(a))
+    vg = db.value_and_grad(f)
+    x = np.arange(3.0)
+    a = np.array([1.0, 2.0, 3.0])
+    assert vg(x, a)[0] == 14.0
+    a[0] = 10.0                         # changed in place
+    value, gradient = vg(x, a)
+    assert value == 23.0
+    np.testing.assert_array_equal(gradient, a)
+    assert f.runs == 2
+    vg(x + 1.0, a.copy())               # equal content, another object: replayed
+    assert f.runs == 2
+
+
+@pytest.mark.parametrize("first, second", [(0.0, -0.0), (2, 2.0), (True, 1), (np.float32(1), 1.0)])
+def test_non_differentiated_numbers_are_compared_by_type_and_bits(first, second):
+    f = Counted(lambda x, c: np.sum(x / np.asarray(c, dtype=float)))
+    grad = db.grad(f)
+    x = np.ones(2)
+    np.testing.assert_array_equal(grad(x, first), 1.0 / np.asarray(first, dtype=float))
+    np.testing.assert_array_equal(grad(x, second), 1.0 / np.asarray(second, dtype=float))
+    assert f.runs == 2
+
+
+def test_a_global_array_changed_in_place_is_noticed():
+    weights = np.array([1.0, 2.0, 3.0])
+    f = Counted(lambda x: np.sum(x * weights))
+    grad = db.grad(f)
+    np.testing.assert_array_equal(grad(np.zeros(3)), [1.0, 2.0, 3.0])
+    weights *= 2.0
+    np.testing.assert_array_equal(grad(np.zeros(3)), [2.0, 4.0, 6.0])
+    assert f.runs == 2
+    np.testing.assert_array_equal(grad(np.ones(3)), [2.0, 4.0, 6.0])
+    assert f.runs == 2
+
+
+def test_a_constant_array_a_kernel_reads_changed_in_place_is_noticed():
+    @db.fast_broadcast
+    def scaled(x, w):
+        return w * x * x
+
+    weights = np.array([1.0, 2.0, 3.0])
+    f = Counted(lambda x: scaled.sum(x, weights))
+    grad = db.grad(f)
+    np.testing.assert_array_equal(grad(np.ones(3)), [2.0, 4.0, 6.0])
+    weights[1] = 0.0
+    np.testing.assert_array_equal(grad(np.ones(3)), [2.0, 0.0, 6.0])
+    assert f.runs == 2
+
+
+def test_a_large_writeable_constant_in_a_kernel_is_not_copied_so_not_replayed():
+    @db.fast_broadcast
+    def scaled(x, w):
+        return w * x
+
+    weights = np.ones(200_000)                  # 1.6 MB: above the copy limit
+    f = Counted(lambda a: scaled.sum(a, weights))
+    grad = db.grad(f)
+    assert grad(2.0) == 200_000.0
+    weights[:] = 2.0
+    assert grad(2.0) == 400_000.0
+    assert f.runs == 2
+    weights.flags.writeable = False             # read-only: nothing to copy
+    grad = db.grad(f)
+    grad(1.0)
+    grad(1.0)
+    assert f.runs == 3
+
+
+def test_a_new_shape_dtype_or_structure_traces_again():
+    f = Counted(lambda p: np.sum(p["w"] ** 2) + p["b"])
+    grad = db.grad(f)
+    params = {"w": np.ones(3), "b": 1.0}
+    assert grad(params)["w"].tolist() == [2.0, 2.0, 2.0]
+    assert f.runs == 1
+    gradient = grad({"w": np.ones(4, np.float32), "b": 1.0})
+    assert gradient["w"].dtype == np.float32 and gradient["w"].shape == (4,)
+    assert f.runs == 2
+    grad({"w": np.ones((2, 2))[:, 0], "b": 1.0})        # non-contiguous: strides differ
+    assert f.runs == 3
+    grad({"w": np.ones(3), "b": np.float64(1.0)})        # a NumPy scalar, not a float
+    assert f.runs == 4
+    grad({"w": np.full(3, 5.0), "b": 2.0})
+    assert f.runs == 4
+
+
+def test_an_argument_that_cannot_be_compared_means_tracing_every_call():
+    class Settings:
+        scale = 2.0
+    f = Counted(lambda x, s: np.sum(x) * s.scale)
+    grad = db.grad(f)
+    settings = Settings()
+    assert grad(np.ones(2), settings).tolist() == [2.0, 2.0]
+    settings.scale = 3.0
+    assert grad(np.ones(2), settings).tolist() == [3.0, 3.0]
+    assert f.runs == 2
+
+
+def test_printing_or_stop_gradient_means_tracing_every_call(capsys):
+    def printing(x):
+        print(f"x = {x:.1f}")
+        return x * x
+
+    grad = db.grad(printing)
+    grad(1.0)
+    grad(2.0)
+    assert capsys.readouterr().out == "x = 1.0\nx = 2.0\n"
+    f = Counted(lambda x: x * db.stop_gradient(x))
+    grad = db.grad(f)
+    assert grad(2.0) == 2.0
+    assert grad(3.0) == 3.0
+    assert f.runs == 2
+
+
+# --- what a replay produces ----------------------------------------------------------
+
+def test_out_buffers_are_filled_by_replays():
+    f = Counted(eam(np, rho.sum))
+    buffer = np.empty(20)
+    vg = db.value_and_grad(f, out=buffer)
+    for _ in range(3):
+        x = RNG.uniform(0, 1, 20)
+        _, gradient = vg(x)
+        assert gradient is buffer
+        np.testing.assert_allclose(buffer, db.grad(eam(np, rho.sum), replay=False)(x),
+                                   rtol=1e-14)
+    assert f.runs == 1
+
+
+def test_a_constant_output_replays_to_a_zero_gradient():
+    f = Counted(lambda x: 3.0)
+    vg = db.value_and_grad(f)
+    assert vg(np.ones(2))[0] == 3.0
+    value, gradient = vg(np.ones(2))
+    assert value == 3.0 and gradient.tolist() == [0.0, 0.0]
+    assert f.runs == 1
+
+
+def test_replayed_gradients_are_fresh_arrays():
+    grad = db.grad(lambda x: np.sum(np.sin(x)))
+    first = grad(np.zeros(3))
+    second = grad(np.zeros(3))
+    assert first is not second and not np.shares_memory(first, second)
+    first[:] = 7.0
+    np.testing.assert_array_equal(grad(np.zeros(3)), [1.0, 1.0, 1.0])
+
+
+def test_memoised_computation_graph_and_fold_replay():
+    def graph(x):
+        memo = {}
+
+        def node(name, compute):
+            if name not in memo:
+                memo[name] = compute()
+            return memo[name]
+        a = node("a", lambda: np.tanh(x))
+        c = node("c", lambda: node("a", None) * (x * 2.0 + 1.0))
+        return np.sum(np.sin(c) + a)
+
+    def agraph(x):
+        a = anp.tanh(x)
+        return anp.sum(anp.sin(a * (x * 2.0 + 1.0)) + a)
+
+    def fold(xs):
+        total = xs[0]
+        for x in xs[1:]:
+            total = total - x
+        return total * total
+
+    for f, oracle, make in [(graph, agraph, lambda: RNG.standard_normal(5)),
+                            (fold, fold, lambda: tuple(RNG.standard_normal(16)))]:
+        counted = Counted(f)
+        grad = db.grad(counted)
+        for _ in range(3):
+            x = make()
+            got, want = grad(x), autograd.grad(oracle)(x)
+            np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-12)
+        assert counted.runs == 1
+
+
+def test_replaying_inside_another_trace_is_refused():
+    grad = db.grad(lambda x: x * x)
+    grad(1.0)
+    with pytest.raises(NotImplementedError, match="nested"):
+        db.grad(lambda y: grad(y))(1.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=st.sampled_from([(), (1,), (4,), (3, 4), (0,)]),
+       signs=st.lists(st.sampled_from([-1.0, 1.0]), min_size=3, max_size=3),
+       seed=st.integers(0, 2**16))
+def test_replay_equals_tracing_on_branchy_array_code(shape, signs, seed):
+    """Calls on values whose branches come and go: replaying or not, the same bits."""
+    def body(x, c):
+        y = np.where(x > c, np.exp(-x) * x, x ** 3)
+        if np.sum(y) > 0:
+            y = y * np.tanh(y)
+        return np.sum(y) + (np.max(y) if np.size(y) else 0.0)
+
+    replaying = db.value_and_grad(body)
+    tracing = db.value_and_grad(body, replay=False)
+    rng = np.random.default_rng(seed)
+    for sign in signs:
+        x = sign * rng.uniform(0.1, 2.0, shape)
+        got, want = replaying(x, 0.5), tracing(x, 0.5)
+        assert got[0] == want[0] or np.isnan(got[0]) and np.isnan(want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    x = rng.uniform(0.1, 2.0, shape)
+    np.testing.assert_allclose(replaying(x, 0.5)[1],
+                               autograd.grad(lambda x: body_autograd(x, 0.5))(x), rtol=1e-12)
+
+
+def body_autograd(x, c):
+    y = anp.where(x > c, anp.exp(-x) * x, x ** 3)
+    if anp.sum(y) > 0:
+        y = y * anp.tanh(y)
+    return anp.sum(y) + (anp.max(y) if anp.size(y) else 0.0)
