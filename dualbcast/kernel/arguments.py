@@ -39,10 +39,12 @@ class CallPlan:
         dtypes, shapes and strides) as the one this plan was made for: the planning
         (validation, promotion, coalescing) is not repeated."""
         dtype = self.dtype
+        # A Python float already is what Numba types as float64: no conversion needed.
+        exact = float if dtype == np.float64 else None
         operands = []
         for arg, recipe in zip(args, self.recipes):
             if recipe == AS_SCALAR:
-                operands.append(dtype.type(arg))
+                operands.append(arg if type(arg) is exact else dtype.type(arg))
             elif recipe == FIRST_ELEMENT:
                 operands.append(dtype.type(arg.reshape(-1)[0]))
             else:

@@ -66,7 +66,7 @@ class FastBroadcast:
         if traced(args) or kwargs and traced(kwargs.values()):
             return hook.call(self, self._bind(args, kwargs))
         args = self._bind(args, kwargs)
-        return self._prepare("map", args).map(args)
+        return self.prepare("map", args).map(args)
 
     def sum(self, *args, **kwargs):
         """``sum(k(*args))`` in one loop, without materialising ``k(*args)``.  Inside
@@ -74,13 +74,13 @@ class FastBroadcast:
         if traced(args) or kwargs and traced(kwargs.values()):
             return hook.sum(self, self._bind(args, kwargs))
         args = self._bind(args, kwargs)
-        return self._prepare("sum", args).sum(args)
+        return self.prepare("sum", args).sum(args)
 
     def value_and_partials(self, *args, wrt=0, **kwargs):
         """Values and the partials with respect to the ``wrt`` arguments, each at the
         broadcast shape.  ``wrt`` an int gives one partials array, a tuple a tuple."""
         args = self._bind(args, kwargs)
-        return self._prepare("partials", args, wrt).value_and_partials(args)
+        return self.prepare("partials", args, wrt).value_and_partials(args)
 
     def sum_and_partials(self, *args, wrt=0, out=None, **kwargs):
         """``sum(k(*args))`` and its gradient with respect to each ``wrt`` argument, at
@@ -89,7 +89,7 @@ class FastBroadcast:
         ``out`` (an array, or a tuple with one array or None per ``wrt`` argument)
         receives the gradients instead of new arrays: repeated calls allocate nothing."""
         args = self._bind(args, kwargs)
-        return self._prepare("sum_partials", args, wrt).sum_and_partials(args, out)
+        return self.prepare("sum_partials", args, wrt).sum_and_partials(args, out)
 
     @property
     def specializations(self):
@@ -109,9 +109,11 @@ class FastBroadcast:
             args = bound.args
         return args
 
-    def _prepare(self, mode, args, wrt=None):
-        """The :class:`PreparedCall` for ``mode`` over arguments like ``args``: planned,
-        validated and compiled on the first call with their signature, then reused."""
+    def prepare(self, mode, args, wrt=None):
+        """The :class:`PreparedCall` for ``mode`` over arguments like ``args`` (bound:
+        positional and complete): planned, validated and compiled on the first call
+        with their signature, then reused.  A replay holds on to it: its arguments
+        have the same signature on every run."""
         signature = signature_key(args)
         wrt_key = wrt if type(wrt) is int else _wrt_key(wrt)
         key = (mode, wrt_key, signature)

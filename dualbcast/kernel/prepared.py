@@ -84,8 +84,10 @@ class PreparedCall:
         grads = []
         for (kind, shape, dtype, is_array), buffer in zip(self.gradients, buffers):
             if kind == REGISTER:
-                g = np.full(shape, next(registers), dtype)
-                grads.append(g if is_array else g[()])
+                if is_array:
+                    grads.append(np.full(shape, next(registers), dtype))
+                else:
+                    grads.append(dtype.type(next(registers)))   # a scalar argument
             else:
                 grads.append(buffer.astype(dtype, copy=False))
         if out is not None:

@@ -52,18 +52,27 @@ class _KernelRule(Rerun):
     """A fast rule as a record's ``func``: ``rule(tape, values, parents) -> (ans,
     vjps)``, so that a replay runs the kernel's loop again and gets fresh vjps."""
 
-    __slots__ = ("kernel", "active")
+    __slots__ = ("kernel", "active", "prepared")
 
     def __init__(self, kernel, active):
         self.kernel = kernel
         self.active = active        # positions of the traced arguments
+        self.prepared = None
+
+    def _prepared(self, mode, values):
+        # Kept from the trace for the replays: a replay's arguments have the trace's
+        # signature, so the kernel's own lookup (a key over every argument) is skipped.
+        prepared = self.prepared
+        if prepared is None:
+            prepared = self.prepared = self.kernel.prepare(mode, values, self.active)
+        return prepared
 
 
 class _CallRule(_KernelRule):
     __slots__ = ()
 
     def __call__(self, tape, values, parents):
-        ans, partials = self.kernel.value_and_partials(*values, wrt=self.active)
+        ans, partials = self._prepared("partials", values).value_and_partials(values)
         vjps = [None] * len(values)
         for i, partial in zip(self.active, partials):
             vjps[i] = _map_vjp(partial, i, tape.single_use)
@@ -80,7 +89,7 @@ class _SumRule(_KernelRule):
             # straight into the caller's array (once: a second use of the argument adds
             # to it later).
             out = tuple(tape.gradient_buffers.pop(slot, None) for slot in parents)
-        total, gradients = self.kernel.sum_and_partials(*values, wrt=self.active, out=out)
+        total, gradients = self._prepared("sum_partials", values).sum_and_partials(values, out)
         vjps = [None] * len(values)
         for i, gradient in zip(self.active, gradients):
             vjps[i] = _sum_vjp(gradient, tape.single_use)
