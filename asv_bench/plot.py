@@ -19,7 +19,8 @@ from benchmarks.bench_kernels import best_time  # noqa: E402
 from benchmarks.gradients import SYSTEMS, eam  # noqa: E402
 
 SIZES = [10 ** k for k in range(2, 7)]
-LABELS = {"dualbcast": "dualbcast", "numba": "numba.njit by hand (libm exp)",
+LABELS = {"dualbcast": "dualbcast", "dualbcast_eager": "dualbcast, replay=False",
+          "numba": "numba.njit by hand (libm exp)",
           "numba_limit": "numba by hand, vectorised exp, 2 threads",
           "jax": "JAX jit", "torch": "PyTorch eager", "autograd": "autograd"}
 

@@ -38,7 +38,8 @@ def first_call_seconds():
 
 
 def gradient_table():
-    names = {"dualbcast": "dualbcast", "numba": "numba.njit by hand",
+    names = {"dualbcast": "dualbcast", "dualbcast_eager": "dualbcast, replay=False",
+             "numba": "numba.njit by hand",
              "numba_limit": "by hand, vectorised exp + threads", "jax": "JAX jit",
              "torch": "PyTorch eager", "autograd": "autograd"}
     print("| case | " + " | ".join(names[s] for s in SYSTEMS) + " | dualbcast / JAX |")
@@ -58,17 +59,21 @@ def gradient_table():
 def performance_table():
     from benchmarks import bench_performance as bp
 
-    fold = bp.FoldPerOp()
-    fold.setup()
+    folds = {}
+    for tape in bp.FoldPerOp.params:
+        folds[tape] = bp.FoldPerOp()
+        folds[tape].setup(tape)
     first = bp.FirstGradient()
     memory = bp.Memory()
     threads = bp.Threads()
     threads.setup()
-    rows = [
-        ("16-term fold, per recorded op (whole gradient / 15)",
-         f"{fold.track_whole_gradient_microseconds_per_op():.2f} µs"),
-        ("fold, marginal cost per extra op",
-         f"{fold.track_marginal_microseconds_per_op():.2f} µs"),
+    rows = []
+    for tape, fold in folds.items():
+        rows += [(f"16-term fold, per recorded op (whole gradient / 15), {tape}",
+                  f"{fold.track_whole_gradient_microseconds_per_op(tape):.2f} µs"),
+                 (f"fold, marginal cost per extra op, {tape}",
+                  f"{fold.track_marginal_microseconds_per_op(tape):.2f} µs")]
+    rows += [
         ("first EAM gradient, fresh process, empty cache",
          f"{first.track_seconds_empty_cache():.2f} s"),
         ("first EAM gradient, fresh process, warm cache",
@@ -81,7 +86,7 @@ def performance_table():
     try:
         jax_first = bp.FirstGradientJax()
         jax_first.setup()
-        rows.insert(4, ("first gradient, fresh process, JAX", f"{jax_first.track_seconds():.2f} s"))
+        rows.insert(6, ("first gradient, fresh process, JAX", f"{jax_first.track_seconds():.2f} s"))
     except NotImplementedError:
         pass
     threads.teardown()

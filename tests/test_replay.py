@@ -393,3 +393,33 @@ def body_autograd(x, c):
     if anp.sum(y) > 0:
         y = y * anp.tanh(y)
     return anp.sum(y) + (anp.max(y) if anp.size(y) else 0.0)
+
+
+def test_a_rebound_global_or_closure_variable_named_by_f_is_noticed():
+    rows = [np.array([1.0, 2.0]), np.array([3.0, 4.0])]
+    index = 0
+    runs = []
+
+    def f(x):                                   # a function: its free variables are known
+        runs.append(1)
+        return np.sum(x * rows[index])
+    grad = db.grad(f)
+    np.testing.assert_array_equal(grad(np.zeros(2)), [1.0, 2.0])
+    index = 1                                   # a closure variable rebound
+    np.testing.assert_array_equal(grad(np.zeros(2)), [3.0, 4.0])
+    assert len(runs) == 2
+    np.testing.assert_array_equal(grad(np.ones(2)), [3.0, 4.0])
+    assert len(runs) == 2
+    global GLOBAL_SCALE
+    GLOBAL_SCALE = 2.0
+    vg = db.value_and_grad(scaled_by_global)
+    assert vg(1.0) == (2.0, 2.0)
+    GLOBAL_SCALE = 5.0                          # a global rebound
+    assert vg(1.0) == (5.0, 5.0)
+
+
+GLOBAL_SCALE = 1.0
+
+
+def scaled_by_global(x):
+    return x * GLOBAL_SCALE

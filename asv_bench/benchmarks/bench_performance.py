@@ -1,7 +1,9 @@
 """The performance issue's own measurements, each beside its reference:
 
-- ``FoldPerOp``: the eager tape's marginal cost per recorded op, forward + backward
-  (a 64-term fold minus a 16-term fold, per extra term);
+- ``FoldPerOp``: the tape's marginal cost per recorded op, forward + backward (a
+  64-term fold minus a 16-term fold, per extra term), traced every call ("eager") and
+  replayed;
+- ``Replay``: a replayed gradient's time over the same program traced every call;
 - ``FirstGradient``: seconds to the first EAM gradient in a fresh process, with an
   empty and with a warm on-disk cache (import included), beside JAX's when installed;
 - ``Memory``: bytes allocated by ``value_and_grad`` of a sum-of-map over 10^7 elements,
@@ -30,23 +32,40 @@ from .workloads import rho
 
 
 class FoldPerOp:
-    def setup(self):
+    params = ["eager", "replayed"]
+    param_names = ["tape"]
+
+    def setup(self, tape):
         self.calls = {}
         for terms in (FOLD_TERMS, 4 * FOLD_TERMS):
             xs = tuple(float(i) for i in range(1, terms + 1))
-            f = db.value_and_grad(fold_minus)
+            f = db.value_and_grad(fold_minus, replay=tape == "replayed")
             self.calls[terms] = (lambda f=f, xs=xs: f(xs))
 
-    def track_marginal_microseconds_per_op(self):
+    def track_marginal_microseconds_per_op(self, tape):
         small, large = (best_time(self.calls[t]) for t in (FOLD_TERMS, 4 * FOLD_TERMS))
         return (large - small) / (3 * FOLD_TERMS) * 1e6
 
     track_marginal_microseconds_per_op.unit = "µs per op"
 
-    def track_whole_gradient_microseconds_per_op(self):
+    def track_whole_gradient_microseconds_per_op(self, tape):
         return best_time(self.calls[FOLD_TERMS]) / (FOLD_TERMS - 1) * 1e6
 
     track_whole_gradient_microseconds_per_op.unit = "µs per op"
+
+
+class Replay:
+    params = ["eam_1e2", "eam_1e4", "poly9_one_live_1e3", "fold16", "qux"]
+    param_names = ["case"]
+
+    def setup(self, case):
+        self.replayed = make_call(case, "dualbcast")
+        self.eager = make_call(case, "dualbcast_eager")
+
+    def track_replayed_over_eager(self, case):
+        return best_time(self.replayed) / best_time(self.eager)
+
+    track_replayed_over_eager.unit = "ratio"
 
 
 FIRST_GRADIENT = """

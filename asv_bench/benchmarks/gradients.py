@@ -19,8 +19,14 @@ from dualbcast.vmath.explog import exp as vexp
 from .workloads import (COEFFS, LIVE, poly9, poly9_sum_and_partials_numba, rho,
                         rho_sum_and_partials_numba)
 
-SYSTEMS = ("dualbcast", "numba", "numba_limit", "jax", "torch", "autograd")
+# dualbcast_eager: the same program traced on every call (value_and_grad(replay=False)).
+SYSTEMS = ("dualbcast", "dualbcast_eager", "numba", "numba_limit", "jax", "torch", "autograd")
 PEERS = SYSTEMS[1:]
+OURS = ("dualbcast", "dualbcast_eager")
+
+
+def _value_and_grad(system, f, **options):
+    return db.value_and_grad(f, replay=system != "dualbcast_eager", **options)
 
 
 def _peer(name):
@@ -97,8 +103,8 @@ def eam(system, n):
     if system == "numba_limit":
         grad = np.empty_like(x)
         return lambda: eam_limit(x, grad)
-    if system == "dualbcast":
-        f = db.value_and_grad(lambda x: embed(rho.sum(x)))
+    if system in OURS:
+        f = _value_and_grad(system, lambda x: embed(rho.sum(x)))
         return lambda: f(x)
     if system == "numba":
         return lambda: eam_numba(x)
@@ -123,8 +129,8 @@ def eam_into_buffer(system, n):
     """EAM with the gradient written into a buffer every call (value_and_grad(out=))."""
     x = _inputs(n)
     grad = np.empty_like(x)
-    if system == "dualbcast":
-        f = db.value_and_grad(lambda x: embed(rho.sum(x)), out=grad)
+    if system in OURS:
+        f = _value_and_grad(system, lambda x: embed(rho.sum(x)), out=grad)
         return lambda: f(x)
     if system == "numba_limit":
         return lambda: eam_limit(x, grad)
@@ -143,8 +149,9 @@ def poly9_generic(x, live, np):
 def poly9_one_live(system, n):
     x = _inputs(n)
     live = COEFFS[LIVE]
-    if system == "dualbcast":
-        f = db.value_and_grad(lambda c: poly9.sum(x, *COEFFS[:LIVE], c, *COEFFS[LIVE + 1:]))
+    if system in OURS:
+        f = _value_and_grad(system,
+                            lambda c: poly9.sum(x, *COEFFS[:LIVE], c, *COEFFS[LIVE + 1:]))
         return lambda: f(live)
     if system == "numba":
         c = np.array(COEFFS)
@@ -176,8 +183,8 @@ def touch_numba(c, p):
 def constant_touch(system, n):
     c = np.linspace(1.0, 2.0, n)
     p = 0.7
-    if system == "dualbcast":
-        f = db.value_and_grad(lambda p: c[1] * p)
+    if system in OURS:
+        f = _value_and_grad(system, lambda p: c[1] * p)
         return lambda: f(p)
     if system == "numba":
         return lambda: touch_numba(c, p)
@@ -210,8 +217,8 @@ def fold_minus(xs):
 
 def fold16(system, n=FOLD_TERMS):
     xs = tuple(float(i) for i in range(1, n + 1))
-    if system == "dualbcast":
-        f = db.value_and_grad(fold_minus)
+    if system in OURS:
+        f = _value_and_grad(system, fold_minus)
         return lambda: f(xs)
     if system == "jax":
         jax = _peer("jax")
@@ -233,6 +240,36 @@ def fold16(system, n=FOLD_TERMS):
     raise NotImplementedError(system)
 
 
+# --- the branchy qux of the control-flow seed (two bool arguments, not differentiated) ---
+
+def qux_generic(a, b, x, np):
+    aa = np.sin(x) if a else np.cos(x)
+    return 1.0 / np.cosh(aa) if b else np.tanh(aa)
+
+
+def qux(system, n=None):
+    def f(a, b, x):
+        return qux_generic(a, b, x, np)
+    if system in OURS:
+        f = _value_and_grad(system, f, argnums=2)
+        return lambda: f(True, False, 0.7)
+    if system == "jax":
+        jax = _peer("jax")
+        g = jax.jit(jax.value_and_grad(lambda a, b, x: qux_generic(a, b, x, jax.numpy),
+                                       argnums=2), static_argnums=(0, 1))
+        return lambda: jax.block_until_ready(g(True, False, 0.7))
+    if system == "torch":
+        torch = _peer("torch")
+        return _torch_value_and_grad(torch, lambda x: qux_generic(True, False, x, torch),
+                                     torch.tensor(0.7, dtype=torch.float64))
+    if system == "autograd":
+        autograd = _peer("autograd")
+        anp = importlib.import_module("autograd.numpy")
+        g = autograd.value_and_grad(lambda x: qux_generic(True, False, x, anp))
+        return lambda: g(0.7)
+    raise NotImplementedError(system)   # by hand: two lines of calculus, nothing to time
+
+
 CASES = {
     "eam_1e2": (eam, 10 ** 2), "eam_1e4": (eam, 10 ** 4), "eam_1e6": (eam, 10 ** 6),
     "eam_out_1e6": (eam_into_buffer, 10 ** 6),
@@ -240,6 +277,7 @@ CASES = {
     "constant_touch_1e3": (constant_touch, 10 ** 3),
     "constant_touch_1e7": (constant_touch, 10 ** 7),
     "fold16": (fold16, FOLD_TERMS),
+    "qux": (qux, 1),
 }
 
 

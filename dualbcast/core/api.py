@@ -9,7 +9,7 @@ import numpy as np
 
 from .box import Box, snapshot
 from .pytree import LEAF, describe, flatten, flatten_like, unflatten
-from .replay import GuardFailed, Programs
+from .replay import GuardFailed, Programs, free_variables
 from .tape import Tape, backward
 
 _current = threading.local()       # the tape being recorded on this thread, if any
@@ -74,9 +74,11 @@ def value_and_grad(f, argnums=0, *, out=None, replay=True):
     value (``if x > 0``, ``bool(x)``, ``np.argmax(x)``) is checked again on every
     replay, and ``f`` is traced again when an outcome differs, so a replay computes
     exactly what a trace would.  As with ``jax.jit``, ``f`` must compute from its
-    arguments: a global array changed in place is noticed (and a program that prints
-    a traced value is traced every time), but a rebound global, a random number drawn
-    inside ``f`` or another side effect is not; ``replay=False`` traces every call.
+    arguments.  Checked: the globals and closure variables ``f`` names are the same
+    objects, a global array it reads was not changed in place, and a program that
+    prints a traced value is traced every time.  Not seen: a name rebound inside a
+    helper ``f`` calls, a random number drawn inside ``f``, other side effects;
+    ``replay=False`` traces every call.
 
     >>> import numpy as np, dualbcast as db
     >>> db.value_and_grad(lambda x, a: a * np.sum(x), argnums=(0, 1))(np.ones(2), 3.0)
@@ -84,7 +86,7 @@ def value_and_grad(f, argnums=0, *, out=None, replay=True):
     """
     single, requested = _check_argnums(argnums)
     positions_for = {}          # number of arguments -> positions of the differentiated ones
-    programs = Programs(Box) if replay else None
+    programs = Programs(f, Box) if replay else None
 
     @functools.wraps(f)
     def value_and_grad_f(*args, **kwargs):
@@ -121,12 +123,14 @@ def _run(f, args, kwargs, positions, out, single, call, replay):
                 return None
         else:
             tape.for_replay = call is not None and call.wanted
+            if tape.for_replay:
+                free = free_variables(f)
             result = f(*traced_args, **kwargs)
     finally:
         _stop_tracing(tape)
     value, seeds = _scalar_output(result, f, tape)
     if tape.for_replay:
-        call.keep(tape, result)
+        call.keep(tape, result, free)
     grads = backward(tape, seeds)
     if out is not None:
         for box, target in targets:

@@ -14,12 +14,14 @@ every other argument (numbers by their bits; arrays by shape and dtype here, and
 content in :meth:`Program.run`).  Arguments of other kinds (objects with state) make a
 call unreplayable: it is traced every time.
 
-What a replay assumes, as ``jax.jit`` does: ``f`` computes from its arguments.  A
-global or closure array it reads is checked for in-place changes (its content is
-compared with the copy the tape kept), and a program that prints a traced value or
-calls ``stop_gradient`` is traced every time; a name rebound to a new object, a random
-number drawn inside ``f``, or another side effect is not seen: pass such values as
-arguments, or use ``value_and_grad(f, replay=False)``.
+What a replay assumes, as ``jax.jit`` does: ``f`` computes from its arguments.  What
+it can check, it does: the globals and closure variables ``f`` itself names must be
+the same objects as at the trace (``lambda x: loss(x, data[i])`` with ``i`` changed is
+traced again); a global or closure array read by the program must hold what it held
+(its content is compared with the copy the tape kept); a program that prints a traced
+value or calls ``stop_gradient`` is traced every time.  What it cannot see: a name
+rebound inside a helper ``f`` calls, a random number drawn inside ``f``, another side
+effect.  Pass such values as arguments, or use ``value_and_grad(f, replay=False)``.
 """
 import types
 import weakref
@@ -139,21 +141,41 @@ _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 # --------------------------------------------------------------------- programs
 
+def free_variables(f):
+    """The objects ``f``'s own code names from outside: its globals (missing ones as
+    None) and its closure cells' contents; () for a callable that is not a function."""
+    code = getattr(f, "__code__", None)
+    if code is None:
+        return ()
+    namespace = f.__globals__
+    found = [namespace.get(name) for name in code.co_names]
+    for cell in f.__closure__ or ():
+        try:
+            found.append(cell.cell_contents)
+        except ValueError:                  # a cell not filled yet
+            found.append(None)
+    return found
+
+
 class Program:
     """A traced program, ready to run on new values of the same signature."""
 
-    __slots__ = ("steps", "output", "arrays", "watched", "leaves")
+    __slots__ = ("steps", "output", "arrays", "watched", "leaves", "free")
 
-    def __init__(self, steps, output, arrays, watched, leaves):
+    def __init__(self, steps, output, arrays, watched, leaves, free):
         self.steps = steps          # callables step(tape, values, records), in trace order
         self.output = output        # ("slot", n) or ("constant", value)
         self.arrays = arrays        # copies of the non-differentiated argument arrays
         self.watched = watched      # (weakref to a constant array, the copy the tape kept)
         self.leaves = leaves        # number of input slots
+        self.free = free            # free_variables(f) at the trace
 
-    def run(self, tape, arrays, box_type):
+    def run(self, tape, arrays, box_type, f):
         """Fill ``tape`` (its input slots already there) and return the output, a box
         or a constant; :class:`GuardFailed` when the program would differ."""
+        free = free_variables(f)
+        if len(free) != len(self.free) or any(a is not b for a, b in zip(free, self.free)):
+            raise GuardFailed           # f names another object than at the trace
         for given, kept in zip(arrays, self.arrays):
             if not identical(given, kept):
                 raise GuardFailed
@@ -170,7 +192,7 @@ class Program:
         return output if kind == "constant" else box_type(values[output], output, tape)
 
 
-def compile_program(tape, output, box_type, arrays):
+def compile_program(tape, output, box_type, arrays, free):
     """The :class:`Program` of a finished trace, or None if it cannot be replayed."""
     if not tape.replayable:
         return None
@@ -194,9 +216,11 @@ def compile_program(tape, output, box_type, arrays):
         output = ("constant", output)
     watched = []
     for original, kept in {id(pair[1]): pair for pair in tape.copies}.values():
-        kept.flags.writeable = False    # the program's own constant from now on
+        # (kept stays writeable like the original: a read-only array is another Numba
+        # type, and a kernel would compile again for it.)
         watched.append((weakref.ref(original), kept))
-    return Program(steps, output, [np.array(a, copy=True) for a in arrays], watched, leaves)
+    return Program(steps, output, [np.array(a, copy=True) for a in arrays], watched, leaves,
+                   free)
 
 
 def _bound(argnums, parents, extra, saved):
@@ -272,7 +296,8 @@ class Programs:
 
     MAX_SIGNATURES = 32
 
-    def __init__(self, box_type):
+    def __init__(self, f, box_type):
+        self.f = f
         self.box_type = box_type
         self.entries = {}       # signature key -> _Entry, oldest first
 
@@ -330,7 +355,8 @@ class Call:
     def run(self, tape):
         """The replay's output on ``tape``; :class:`GuardFailed` if it would differ."""
         try:
-            result = self.entry.program.run(tape, self.arrays, self.programs.box_type)
+            result = self.entry.program.run(tape, self.arrays, self.programs.box_type,
+                                            self.programs.f)
         except GuardFailed:
             self.entry.failures += 1
             self.entry.program = None
@@ -338,8 +364,9 @@ class Call:
         self.entry.replays += 1
         return result
 
-    def keep(self, tape, output):
-        """Compile and keep the program ``tape`` traced."""
-        program = compile_program(tape, output, self.programs.box_type, self.arrays)
+    def keep(self, tape, output, free):
+        """Compile and keep the program ``tape`` traced; ``free``: the function's free
+        variables when the trace began."""
+        program = compile_program(tape, output, self.programs.box_type, self.arrays, free)
         self.entry.program = program
         self.entry.replayable = program is not None
