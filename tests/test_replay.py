@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dualbcast as db
+from dualbcast.testing import check_grads
 
 RNG = np.random.default_rng(7)
 
@@ -423,3 +424,36 @@ GLOBAL_SCALE = 1.0
 
 def scaled_by_global(x):
     return x * GLOBAL_SCALE
+
+
+@db.fast_broadcast
+def soft(z, a):
+    return math.log1p(math.exp(-abs(z * a))) + max(z, 0.0)
+
+
+def everything(x, w):
+    """A program touching every kind of record a replay generates code for."""
+    h = soft(w @ x, 0.5)                                   # matmul, a kernel map
+    picked = x[np.array([0, 2, 2, 1]), 1]                  # indexing with repeats
+    rows = np.sum(h, axis=1, keepdims=True)                # keywords
+    both = np.concatenate([rows.ravel(), picked])          # joining
+    signed = np.copysign(both, picked.sum() - 1.0)         # a traced argument without vjp
+    tied = np.maximum(both, np.where(both > 0.3, both, 0.3))
+    total = soft.sum(signed, 2.0) + np.sum(tied * tied) + (picked[0] * x[1, 0] - x[2, 1])
+    return total * 2.0 - total / 3.0
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_replayed_code_equals_tracing_for_every_kind_of_record(dtype):
+    replaying = db.value_and_grad(everything, argnums=(0, 1))
+    tracing = db.value_and_grad(everything, argnums=(0, 1), replay=False)
+    rng = np.random.default_rng(3)
+    for _ in range(4):
+        x = rng.uniform(-1, 1, (3, 2)).astype(dtype)
+        w = rng.uniform(-1, 1, (4, 3)).astype(dtype)
+        got, want = replaying(x, w), tracing(x, w)
+        assert got[0] == want[0]
+        for g, h in zip(got[1], want[1]):
+            assert g.dtype == h.dtype == dtype
+            np.testing.assert_array_equal(g, h)
+    check_grads(everything, x.astype(np.float64), w.astype(np.float64), argnums=(0, 1))

@@ -131,7 +131,7 @@ def _run(f, args, kwargs, positions, out, single, call, replay):
     value, seeds = _scalar_output(result, f, tape)
     if tape.for_replay:
         call.keep(tape, result, free)
-    grads = backward(tape, seeds)
+    grads = call.gradients(tape, seeds) if replay else backward(tape, seeds)
     if out is not None:
         for box, target in targets:
             if target is not None and grads[box.slot] is not target:

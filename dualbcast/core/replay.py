@@ -29,6 +29,8 @@ import weakref
 import numpy as np
 
 from .pytree import flatten
+from .replay_code import generate
+from .tape import accumulate, ignore_float_errors, restore_float_errors
 
 
 class Unreplayable(Exception):
@@ -158,21 +160,31 @@ def free_variables(f):
 
 
 class Program:
-    """A traced program, ready to run on new values of the same signature."""
+    """A traced program, ready to run on new values of the same signature: its
+    forward and backward passes as generated code (:mod:`.replay_code`)."""
 
-    __slots__ = ("steps", "output", "arrays", "watched", "leaves", "free")
+    __slots__ = ("forward", "backward", "output", "arrays", "watched", "leaves", "free",
+                 "slots")
 
-    def __init__(self, steps, output, arrays, watched, leaves, free):
-        self.steps = steps          # callables step(tape, values, records), in trace order
-        self.output = output        # ("slot", n) or ("constant", value)
-        self.arrays = arrays        # copies of the non-differentiated argument arrays
-        self.watched = watched      # (weakref to a constant array, the copy the tape kept)
-        self.leaves = leaves        # number of input slots
+    def __init__(self, tape, output, box_type, arrays, free):
+        self.leaves = len(tape.values) - len(tape.records)
+        self.slots = len(tape.values)
+        self.output = ("slot", output.slot) if type(output) is box_type else ("constant", output)
+        guards = [(position, _guard(*rest)) for position, *rest in tape.guards]
+        self.forward, self.backward = generate(
+            tape.records, guards, self.leaves,
+            output.slot if type(output) is box_type else None, Rerun)
+        self.arrays = [np.array(a, copy=True) for a in arrays]  # non-differentiated arrays
+        # (weakref to a constant array, the copy the tape kept); the copy stays
+        # writeable like the original: a read-only array is another Numba type, and a
+        # kernel would compile again for it.
+        self.watched = [(weakref.ref(original), kept) for original, kept
+                        in {id(pair[1]): pair for pair in tape.copies}.values()]
         self.free = free            # free_variables(f) at the trace
 
     def run(self, tape, arrays, box_type, f):
-        """Fill ``tape`` (its input slots already there) and return the output, a box
-        or a constant; :class:`GuardFailed` when the program would differ."""
+        """Fill ``tape``'s values (its input slots already there) and return the output,
+        a box or a constant; :class:`GuardFailed` when the program would differ."""
         free = free_variables(f)
         if len(free) != len(self.free) or any(a is not b for a, b in zip(free, self.free)):
             raise GuardFailed           # f names another object than at the trace
@@ -183,13 +195,25 @@ class Program:
             original = ref()
             if original is not None and not identical(original, kept):
                 raise GuardFailed       # a global array changed in place since the trace
-        values, records = tape.values, tape.records
+        values = tape.values
         if len(values) != self.leaves:
             raise GuardFailed
-        for step in self.steps:
-            step(tape, values, records)
+        tape.residuals = self.forward(tape, values)
         kind, output = self.output
         return output if kind == "constant" else box_type(values[output], output, tape)
+
+    def gradients(self, tape, seeds):
+        """The backward pass of a run: cotangents by slot, as :func:`.tape.backward`."""
+        values = tape.values
+        grads = [None] * self.slots
+        owned = bytearray(self.slots)
+        for slot, seed in seeds:
+            accumulate(grads, owned, values, slot, seed)
+        errors = ignore_float_errors()
+        try:
+            return self.backward(values, grads, owned, tape.residuals)
+        finally:
+            restore_float_errors(errors)
 
 
 def compile_program(tape, output, box_type, arrays, free):
@@ -197,88 +221,18 @@ def compile_program(tape, output, box_type, arrays, free):
     if not tape.replayable:
         return None
     leaves = len(tape.values) - len(tape.records)
-    steps = []
-    guards = iter(tape.guards)
-    guard = next(guards, None)
-    for index, record in enumerate(tape.records):
-        while guard is not None and guard[0] == index:
-            steps.append(_guard_step(*guard[1:]))
-            guard = next(guards, None)
-        if record[0] != leaves + index:
-            return None                 # slots not in record order: nothing to rely on
-        steps.append(_linear_step(*record) if len(record) == 7 else _record_step(*record))
-    while guard is not None:
-        steps.append(_guard_step(*guard[1:]))
-        guard = next(guards, None)
-    if type(output) is box_type:
-        output = ("slot", output.slot)
-    else:
-        output = ("constant", output)
-    watched = []
-    for original, kept in {id(pair[1]): pair for pair in tape.copies}.values():
-        # (kept stays writeable like the original: a read-only array is another Numba
-        # type, and a kernel would compile again for it.)
-        watched.append((weakref.ref(original), kept))
-    return Program(steps, output, [np.array(a, copy=True) for a in arrays], watched, leaves,
-                   free)
+    if any(record[0] != leaves + k for k, record in enumerate(tape.records)):
+        return None                     # slots not in record order: nothing to rely on
+    return Program(tape, output, box_type, arrays, free)
 
 
-def _bound(argnums, parents, extra, saved):
-    """``(constants, positions)``: the arguments with traced ones blanked, and
-    ``(position, slot)`` of each traced one."""
-    positions = tuple(zip(argnums, parents)) + extra
-    constants = list(saved)
-    for i, _ in positions:
-        constants[i] = None             # drop the traced value: only its slot matters
-    return constants, positions
-
-
-def _record_step(out_slot, parents, argnums, vjps, ans, saved, kwargs, func, extra):
-    constants, positions = _bound(argnums, parents, extra, saved)
-    rerun = isinstance(func, Rerun)
-
-    def step(tape, values, records):
-        args = constants.copy()
-        for i, slot in positions:
-            args[i] = values[slot]
-        if rerun:
-            result, fresh_vjps = func(tape, args, parents)
-        else:
-            result = func(*args, **kwargs)
-            fresh_vjps = vjps
-        values.append(result)
-        records.append((out_slot, parents, argnums, fresh_vjps, result, tuple(args), kwargs,
-                        func, extra))
-    return step
-
-
-def _linear_step(out_slot, parents, partials, op, saved, partials_of, argnums):
-    (x, y), positions = _bound(argnums, parents, (), saved)
-    kept = argnums[0] if len(argnums) == 1 else None   # the one partial kept, if one
-
-    def step(tape, values, records):
-        a, b = x, y
-        for i, slot in positions:
-            if i:
-                b = values[slot]
-            else:
-                a = values[slot]
-        result = op(a, b)
-        local = partials_of(a, b)
-        if kept is not None:
-            local = (local[kept],)
-        values.append(result)
-        records.append((out_slot, parents, local, op, (a, b), partials_of, argnums))
-    return step
-
-
-def _guard_step(func, args, kwargs, expected):
-    def step(tape, values, records):
+def _guard(func, args, kwargs, expected):
+    def check(values):
         bound = [_bind(arg, values) for arg in args]
         result = func(*bound, **{k: _bind(v, values) for k, v in kwargs.items()})
         if not identical(result, expected):
             raise GuardFailed
-    return step
+    return check
 
 
 def _bind(arg, values):
@@ -351,6 +305,10 @@ class Call:
     @property
     def wanted(self):
         return self.entry.wanted
+
+    def gradients(self, tape, seeds):
+        """The backward pass of :meth:`run`."""
+        return self.entry.program.gradients(tape, seeds)
 
     def run(self, tape):
         """The replay's output on ``tape``; :class:`GuardFailed` if it would differ."""

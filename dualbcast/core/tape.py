@@ -28,18 +28,18 @@ try:
     from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
     _IGNORING = _make_extobj(divide="ignore", invalid="ignore")
 
-    def _ignore_float_errors():
+    def ignore_float_errors():
         return _extobj_contextvar.set(_IGNORING)
 
-    def _restore_float_errors(token):
+    def restore_float_errors(token):
         _extobj_contextvar.reset(token)
 except ImportError:                                  # another NumPy: the public way
-    def _ignore_float_errors():
+    def ignore_float_errors():
         state = np.errstate(divide="ignore", invalid="ignore")
         state.__enter__()
         return state
 
-    def _restore_float_errors(state):
+    def restore_float_errors(state):
         state.__exit__(None, None, None)
 
 
@@ -47,7 +47,7 @@ class Tape:
     """One trace: the values of its slots and the records that produced them."""
 
     __slots__ = ("values", "records", "closed", "single_use", "gradient_buffers",
-                 "for_replay", "guards", "copies", "replayable")
+                 "for_replay", "guards", "copies", "replayable", "residuals")
 
     def __init__(self, single_use):
         self.values = []        # primal value of each slot (shape and dtype of its gradient)
@@ -68,6 +68,7 @@ class Tape:
         self.guards = []
         self.copies = []
         self.replayable = True  # False once the program did what a replay cannot check
+        self.residuals = None   # a replay's: what its backward pass needs from the forward
 
 
 class SparseCotangent:
@@ -95,9 +96,9 @@ def backward(tape, seeds):
     grads = [None] * len(tape.values)
     owned = bytearray(len(tape.values))   # 1 where grads[slot] is a buffer we may add into
     for slot, seed in seeds:
-        _accumulate(grads, owned, tape.values, slot, seed)
+        accumulate(grads, owned, tape.values, slot, seed)
     values = tape.values
-    errors = _ignore_float_errors()     # rules divide by zero on purpose (d log at 0)
+    errors = ignore_float_errors()     # rules divide by zero on purpose (d log at 0)
     try:
         for record in reversed(tape.records):
             g = grads[record[0]]
@@ -116,7 +117,7 @@ def backward(tape, seeds):
                     elif type(current) is not np.ndarray:
                         grads[slot] = current + g * partial     # scalars: nothing shared
                     else:
-                        _accumulate(grads, owned, values, slot, g * partial)
+                        accumulate(grads, owned, values, slot, g * partial)
                 continue
             out_slot, parents, argnums, vjps, ans, args, kwargs, _, _ = record
             for slot, i in zip(parents, argnums):
@@ -124,13 +125,14 @@ def backward(tape, seeds):
                 if grads[slot] is None and type(ct) is not SparseCotangent:
                     grads[slot] = ct        # the first cotangent of a slot: just keep it
                 else:
-                    _accumulate(grads, owned, values, slot, ct)
+                    accumulate(grads, owned, values, slot, ct)
     finally:
-        _restore_float_errors(errors)
+        restore_float_errors(errors)
     return grads
 
 
-def _accumulate(grads, owned, values, slot, ct):
+def accumulate(grads, owned, values, slot, ct):
+    """Add the cotangent ``ct`` into ``grads[slot]``."""
     # Cotangents returned by rules may alias each other (``x + y`` hands the same ``g``
     # to both), so only buffers allocated here are ever added into in place.
     current = grads[slot]

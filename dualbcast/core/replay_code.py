@@ -1,0 +1,128 @@
+"""A replay as Python source: a traced program's forward and backward passes written
+out as two straight-line functions, compiled once per program.
+
+Interpreting a tape costs ~1 µs per record (unpacking the record, binding arguments,
+appending a new record, then the backward loop's dispatch); for the small programs
+where that matters (a kernel's sum and a few scalar operations) it is most of the
+time.  The generated functions do exactly what :func:`.tape.backward` and the rules do
+for those records — the same functions called on the same arguments, cotangents added
+up by the same :func:`.tape.accumulate` — without the interpretation.  Values live in
+the tape's ``values`` list (slot ``n`` is ``values[n]``); constants, functions and
+vjps are names bound in the functions' namespace.
+
+    forward(tape, values) -> residuals     appends each record's value; runs the
+                                           guards; residuals: fresh vjps of the fast
+                                           rules and local partials of x + y, x * y
+    backward(values, grads, owned, residuals) -> grads
+"""
+import numpy as np
+
+from .tape import SparseCotangent, accumulate
+
+
+def generate(records, guards, leaves, output, rerun_type):
+    """``(forward, backward)`` for ``records`` (whose slots follow the ``leaves``
+    input slots in order), ``guards`` (``(record count, check)``, ``check(values)``
+    raising when an outcome differs, in trace order) and the ``output`` slot (None
+    when the output is a constant)."""
+    namespace = {"ndarray": np.ndarray, "Sparse": SparseCotangent, "accumulate": accumulate}
+    forward = ["def forward(tape, values):", "    append = values.append"]
+    residuals = []
+    guards = list(guards)
+    bodies = []                 # per record: (out slot, parents, backward lines)
+    for k in range(len(records) + 1):
+        while guards and guards[0][0] == k:     # a guard runs where the trace met it
+            name = f"guard{len(guards)}"
+            namespace[name] = guards.pop(0)[1]
+            forward.append(f"    {name}(values)")
+        if k == len(records):
+            break
+        out, record = leaves + k, records[k]
+        if len(record) == 7:
+            bodies.append(_linear(k, record, out, namespace, forward, residuals))
+        else:
+            bodies.append(_general(k, record, out, namespace, forward, residuals, rerun_type))
+    forward.append(f"    return ({''.join(name + ', ' for name in residuals)})")
+
+    backward = ["def backward(values, grads, owned, residuals):"]
+    if residuals:
+        backward.append(f"    {''.join(name + ', ' for name in residuals)}= residuals")
+    reaching = {output}
+    for out, parents, lines in reversed(bodies):
+        if out not in reaching:
+            continue                    # no cotangent can reach this record
+        reaching.update(parents)
+        backward += [f"    g = grads[{out}]", "    if g is not None:",
+                     f"        grads[{out}] = None"] + lines
+    backward.append("    return grads")
+    source = "\n".join(forward) + "\n\n" + "\n".join(backward) + "\n"
+    exec(compile(source, "<dualbcast replay>", "exec"), namespace)
+    return namespace["forward"], namespace["backward"]
+
+
+def _arguments(k, saved, traced, namespace):
+    """Source for each argument: ``values[slot]`` for a traced one, else a constant
+    bound as ``c{k}_{i}``."""
+    exprs = []
+    for i, value in enumerate(saved):
+        if i in traced:
+            exprs.append(f"values[{traced[i]}]")
+        else:
+            namespace[f"c{k}_{i}"] = value
+            exprs.append(f"c{k}_{i}")
+    return exprs
+
+
+def _general(k, record, out, namespace, forward, residuals, rerun_type):
+    _, parents, argnums, vjps, _, saved, kwargs, func, others = record
+    traced = dict(zip(argnums, parents))
+    traced.update(others)
+    args = ", ".join(_arguments(k, saved, traced, namespace))
+    namespace[f"f{k}"] = func
+    keywords = ""
+    if kwargs:
+        namespace[f"w{k}"] = kwargs
+        keywords = f", **w{k}"
+    if isinstance(func, rerun_type):
+        # A fast rule runs its kernel and hands back fresh vjps.
+        namespace[f"p{k}"] = parents
+        forward.append(f"    value, j{k} = f{k}(tape, [{args}], p{k})")
+        forward.append("    append(value)")
+        residuals.append(f"j{k}")
+        vjp = f"j{k}[{{i}}]"
+    else:
+        forward.append(f"    append(f{k}({args}{keywords}))")
+        for i in argnums:
+            namespace[f"v{k}_{i}"] = vjps[i]
+        vjp = f"v{k}_{{i}}"
+    lines = []
+    for slot, i in zip(parents, argnums):
+        lines += [f"        ct = {vjp.format(i=i)}(g, values[{out}]{', ' if args else ''}"
+                  f"{args}{keywords})",
+                  f"        if grads[{slot}] is None and type(ct) is not Sparse:",
+                  f"            grads[{slot}] = ct",
+                  "        else:",
+                  f"            accumulate(grads, owned, values, {slot}, ct)"]
+    return out, parents, lines
+
+
+def _linear(k, record, out, namespace, forward, residuals):
+    # A scalar x + y, x - y, x * y: local partials from the forward pass, and a
+    # backward that only multiplies (and skips a zero cotangent: NaN-safe).
+    _, parents, _, op, saved, partials_of, argnums = record
+    a, b = _arguments(k, saved, dict(zip(argnums, parents)), namespace)
+    namespace[f"f{k}"], namespace[f"m{k}"] = op, partials_of
+    forward.append(f"    append(f{k}({a}, {b}))")
+    forward.append(f"    q{k} = m{k}({a}, {b})")
+    residuals.append(f"q{k}")
+    lines = ["        if g != 0:"]
+    for slot, i in zip(parents, argnums):
+        lines += [f"            ct = g * q{k}[{i}]",
+                  f"            current = grads[{slot}]",
+                  "            if current is None:",
+                  f"                grads[{slot}] = ct",
+                  "            elif type(current) is not ndarray:",
+                  f"                grads[{slot}] = current + ct",
+                  "            else:",
+                  f"                accumulate(grads, owned, values, {slot}, ct)"]
+    return out, parents, lines
