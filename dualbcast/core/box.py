@@ -246,13 +246,16 @@ def _operator(ufunc, op, x, y):
     if type(ans) is not np.ndarray:
         linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
         if linear is not None:
-            # x + y, x - y, x * y on scalars: the local partials are the operands or
-            # constants, so the record keeps them and backward only multiplies.
+            # x + y, x - y, x * y, x ** c on scalars: the local partials are cheap to
+            # form, so the record keeps them and backward only multiplies.
             partials = linear(*saved)
-            if argnums is not _BOTH:
-                partials = (partials[argnums[0]],)
-            tape.records.append((slot, parents, partials, op, saved, linear, argnums))
-            return Box(ans, slot, tape)
+            if partials is not None:
+                if argnums is not _BOTH:
+                    partials = (partials[argnums[0]],)
+                if None not in partials:        # (None: that partial has no cheap form)
+                    tape.records.append((slot, parents, partials, op, saved, linear,
+                                         argnums))
+                    return Box(ans, slot, tape)
         vjps = SCALAR_UFUNC_VJPS.get(ufunc, vjps)
     tape.records.append((slot, parents, argnums, vjps, ans, saved, _NO_KWARGS, op, ()))
     return Box(ans, slot, tape)

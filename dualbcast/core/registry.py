@@ -5,8 +5,10 @@
 - ``SCALAR_UFUNC_VJPS[ufunc]``: the same vjps for a call whose result is a scalar (so
   every input was one): nothing to unbroadcast, the hot path of scalar code.
 - ``SCALAR_LINEAR_PARTIALS[ufunc]``: for the two-argument ufuncs whose local partials
-  cost nothing to form (``add``, ``subtract``, ``multiply``), ``partials(x, y) -> (dx,
-  dy)`` on scalars: the record keeps them and the backward pass only multiplies.
+  cost little to form (``add``, ``subtract``, ``multiply``, ``power`` by a constant),
+  ``partials(x, y) -> (dx, dy)`` on scalars: the record keeps them and the backward
+  pass only multiplies.  A partial may be None (no cheap form: the call is recorded
+  with its vjps instead), and so may the whole result.
 - ``CONSTANT_UFUNCS``: ufuncs whose derivative is zero almost everywhere (comparisons,
   ``floor``, ``sign``...): computed on the values, the result is a plain constant.
 - ``FUNCTION_RULES[func]``: a callable taking ``func``'s arguments (traced or not) for
