@@ -457,3 +457,15 @@ def test_replayed_code_equals_tracing_for_every_kind_of_record(dtype):
             assert g.dtype == h.dtype == dtype
             np.testing.assert_array_equal(g, h)
     check_grads(everything, x.astype(np.float64), w.astype(np.float64), argnums=(0, 1))
+
+
+def test_a_function_writing_into_its_argument_is_traced_again():
+    def f(x, counts):
+        counts += 1.0                   # a side effect on a non-differentiated argument
+        return np.sum(x * counts)
+
+    grad = db.grad(f)
+    counts = np.zeros(2)
+    np.testing.assert_array_equal(grad(np.ones(2), counts), [1.0, 1.0])
+    np.testing.assert_array_equal(grad(np.ones(2), counts), [2.0, 2.0])
+    np.testing.assert_array_equal(counts, [2.0, 2.0])

@@ -9,7 +9,7 @@ import numpy as np
 
 from .box import Box, snapshot
 from .pytree import LEAF, describe, flatten, flatten_like, unflatten
-from .replay import GuardFailed, Programs, free_variables
+from .replay import GuardFailed, Programs
 from .tape import Tape, backward
 
 _current = threading.local()       # the tape being recorded on this thread, if any
@@ -124,13 +124,13 @@ def _run(f, args, kwargs, positions, out, single, call, replay):
         else:
             tape.for_replay = call is not None and call.wanted
             if tape.for_replay:
-                free = free_variables(f)
+                before = call.tracing()
             result = f(*traced_args, **kwargs)
     finally:
         _stop_tracing(tape)
     value, seeds = _scalar_output(result, f, tape)
     if tape.for_replay:
-        call.keep(tape, result, free)
+        call.keep(tape, result, before)
     grads = call.gradients(tape, seeds) if replay else backward(tape, seeds)
     if out is not None:
         for box, target in targets:

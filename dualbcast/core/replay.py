@@ -3,10 +3,11 @@
 ``value_and_grad`` keeps, per input signature, the program its trace recorded: the
 records (which function made each value from which slots and constants) and the guards
 (the constants computed from traced values that steered the program: ``bool(x)``,
-``x > 0``, ``np.argmax(x)``).  A replay calls the records' functions
-on the new values in order and builds a fresh tape for the usual backward pass: the
-user's Python code, its boxes and the rule lookups are skipped.  A guard whose outcome
-differs stops the replay before anything is returned, and the caller traces again.
+``x > 0``, ``np.argmax(x)``).  A replay runs the program's forward and backward
+passes as generated code (:mod:`.replay_code`) that calls the records' functions and
+vjps on the new values: the user's Python code, its boxes, the rule lookups and the
+tape's interpretation are skipped.  A guard whose outcome differs stops the replay
+before anything is returned, and the caller traces again.
 
 The signature a program is kept under holds everything a replay cannot re-check: the
 differentiated arguments' structure, shapes, dtypes and strides, and the exact value of
@@ -167,6 +168,8 @@ class Program:
                  "slots")
 
     def __init__(self, tape, output, box_type, arrays, free):
+        """``arrays``: copies of the non-differentiated argument arrays as the trace
+        began; ``free``: ``free_variables(f)`` then."""
         self.leaves = len(tape.values) - len(tape.records)
         self.slots = len(tape.values)
         self.output = ("slot", output.slot) if type(output) is box_type else ("constant", output)
@@ -174,7 +177,7 @@ class Program:
         self.forward, self.backward = generate(
             tape.records, guards, self.leaves,
             output.slot if type(output) is box_type else None, Rerun)
-        self.arrays = [np.array(a, copy=True) for a in arrays]  # non-differentiated arrays
+        self.arrays = arrays
         # (weakref to a constant array, the copy the tape kept); the copy stays
         # writeable like the original: a read-only array is another Numba type, and a
         # kernel would compile again for it.
@@ -289,32 +292,26 @@ class _Entry:
 
 
 class Call:
-    """One call's arguments against its signature's entry."""
+    """One call's arguments against its signature's entry (and the entry's program as
+    the call found it: another thread may replace it meanwhile)."""
 
-    __slots__ = ("programs", "entry", "arrays")
+    __slots__ = ("programs", "entry", "arrays", "program")
 
     def __init__(self, programs, entry, arrays):
         self.programs = programs
         self.entry = entry
         self.arrays = arrays
-
-    @property
-    def program(self):
-        return self.entry.program
+        self.program = entry.program
 
     @property
     def wanted(self):
         return self.entry.wanted
 
-    def gradients(self, tape, seeds):
-        """The backward pass of :meth:`run`."""
-        return self.entry.program.gradients(tape, seeds)
-
     def run(self, tape):
         """The replay's output on ``tape``; :class:`GuardFailed` if it would differ."""
         try:
-            result = self.entry.program.run(tape, self.arrays, self.programs.box_type,
-                                            self.programs.f)
+            result = self.program.run(tape, self.arrays, self.programs.box_type,
+                                      self.programs.f)
         except GuardFailed:
             self.entry.failures += 1
             self.entry.program = None
@@ -322,9 +319,19 @@ class Call:
         self.entry.replays += 1
         return result
 
-    def keep(self, tape, output, free):
-        """Compile and keep the program ``tape`` traced; ``free``: the function's free
-        variables when the trace began."""
-        program = compile_program(tape, output, self.programs.box_type, self.arrays, free)
+    def gradients(self, tape, seeds):
+        """The backward pass of :meth:`run`."""
+        return self.program.gradients(tape, seeds)
+
+    def tracing(self):
+        """What a trace's program is checked against later, taken before ``f`` runs
+        (``f`` may write into an argument): the function's free variables and copies
+        of the non-differentiated argument arrays."""
+        return free_variables(self.programs.f), [np.array(a, copy=True) for a in self.arrays]
+
+    def keep(self, tape, output, before):
+        """Compile and keep the program ``tape`` traced; ``before``: :meth:`tracing`."""
+        free, arrays = before
+        program = compile_program(tape, output, self.programs.box_type, arrays, free)
         self.entry.program = program
         self.entry.replayable = program is not None
