@@ -1,12 +1,12 @@
 """``grad``, ``value_and_grad``, ``vjp`` and ``stop_gradient``: tracing a function on
 boxed arguments, then running the tape backward."""
 import functools
-import operator
 import threading
 from contextlib import contextmanager
 
 import numpy as np
 
+from ..positions import argument_positions
 from .box import Box, snapshot
 from .pytree import LEAF, describe, flatten, flatten_like, unflatten
 from .replay import GuardFailed, Programs
@@ -84,7 +84,7 @@ def value_and_grad(f, argnums=0, *, out=None, replay=True):
     >>> db.value_and_grad(lambda x, a: a * np.sum(x), argnums=(0, 1))(np.ones(2), 3.0)
     (np.float64(6.0), (array([3., 3.]), 2.0))
     """
-    single, requested = _check_argnums(argnums)
+    single, _ = _check_argnums(argnums, f)     # checked now; positions at each call
     positions_for = {}          # number of arguments -> positions of the differentiated ones
     programs = Programs(f, Box) if replay else None
 
@@ -92,7 +92,7 @@ def value_and_grad(f, argnums=0, *, out=None, replay=True):
     def value_and_grad_f(*args, **kwargs):
         positions = positions_for.get(len(args))
         if positions is None:
-            positions = positions_for[len(args)] = _positions(requested, argnums, len(args), f)
+            positions = positions_for[len(args)] = _positions(argnums, len(args), f)
         call = programs.lookup(args, kwargs, positions) if programs is not None else None
         if call is not None and call.program is not None:
             answer = _run(f, args, kwargs, positions, out, single, call, replay=True)
@@ -247,30 +247,15 @@ def _name(f):
     return getattr(f, "__name__", repr(f))
 
 
-def _check_argnums(argnums):
-    """``(single, requested)``: whether ``argnums`` is one int, and the ints as a tuple."""
-    single = not isinstance(argnums, (tuple, list))
-    requested = (argnums,) if single else tuple(argnums)
-    for i in requested:
-        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
-            raise TypeError(f"argnums must be an int or a tuple of ints, not {argnums!r}")
-    if len(set(requested)) != len(requested):
-        raise ValueError(f"argnums={argnums!r} repeats an argument")
-    return single, requested
+def _check_argnums(argnums, f):
+    """``(single, ints)``: whether ``argnums`` is one int, and the ints as a tuple."""
+    return argument_positions(argnums, None, "argnums", _name(f))
 
 
-def _positions(requested, argnums, nargs, f):
-    """The ``requested`` argument numbers as positions among ``nargs`` arguments."""
-    positions = []
-    for i in requested:
-        i = operator.index(i)
-        if not -nargs <= i < nargs:
-            raise ValueError(f"argnums={argnums!r} is out of range: {_name(f)} was called "
-                             f"with {nargs} positional argument{'s' * (nargs != 1)}")
-        positions.append(i % nargs)
-    if len(set(positions)) != len(positions):
-        raise ValueError(f"argnums={argnums!r} names an argument twice")
-    return positions
+def _positions(argnums, nargs, f):
+    """``argnums`` as positions among ``nargs`` arguments."""
+    return argument_positions(argnums, nargs, "argnums",
+                              f"{_name(f)} (called with {nargs} positional arguments)")[1]
 
 
 def _trace_arguments(tape, args, positions, copy_arrays=False):

@@ -2,7 +2,6 @@
 import functools
 import inspect
 import math
-import operator
 
 import numba
 import numpy as np
@@ -16,6 +15,7 @@ from .arguments import plan_call, signature_key
 from .cache import kernel_fingerprint
 from .loops import ACCUMULATE, REGISTER, STORE, LoopSpec, compile_loop
 from .prepared import PreparedCall
+from ..positions import argument_positions
 from .tracing import hook, traced
 
 _OPTIONS = ("fastmath", "libm")
@@ -152,33 +152,16 @@ class FastBroadcast:
         return PreparedCall(self, mode, loop, plan, single, gradients, splittable)
 
     def _active(self, wrt, plan):
-        single = not isinstance(wrt, (tuple, list))
-        indices = (wrt,) if single else tuple(wrt)
-        nargs = len(plan.kinds)
-        active = []
-        for i in indices:
-            try:
-                if isinstance(i, (bool, np.bool_)):
-                    raise TypeError
-                i = operator.index(i)
-            except TypeError:
-                raise TypeError(f"{self.__name__}: wrt must be an int or a tuple of ints, "
-                                f"not {wrt!r}") from None
-            if not -nargs <= i < nargs:
-                raise ValueError(f"{self.__name__}: wrt={wrt!r} is out of range for a kernel "
-                                 f"of {nargs} arguments")
-            active.append(i % nargs)
+        single, active = argument_positions(wrt, len(plan.kinds), "wrt", self.__name__)
         if not active:
             raise ValueError(f"{self.__name__}: wrt={wrt!r} names no argument")
-        if len(set(active)) != len(active):
-            raise ValueError(f"{self.__name__}: wrt={wrt!r} repeats an argument")
         for i in active:
             dtype = np.result_type(plan.originals[i])
             if dtype.kind != "f":
                 raise TypeError(f"{self.__name__}: cannot differentiate with respect to argument "
                                 f"{i} of dtype {dtype}: integer and bool arguments are promoted "
                                 f"to float for values but never differentiated")
-        return tuple(active), single
+        return active, single
 
     def _compile(self, spec):
         """The loop for ``spec`` (compiled, or loaded from the disk cache, at its first
