@@ -13,9 +13,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dualbcast as db
+from dualbcast.core import replay
 from dualbcast.testing import check_grads
 
 RNG = np.random.default_rng(7)
+
+
+@pytest.fixture(autouse=True, params=["interpreted", "generated"])
+def replay_mode(request, monkeypatch):
+    """Every test twice: replays interpreted, and replays running generated code from
+    the second replay on; programs recorded from the first call (the default, the
+    second, is tested on its own)."""
+    monkeypatch.setattr(replay, "RECORD_FROM_CALL", 1)
+    monkeypatch.setattr(replay.Program, "GENERATE_AFTER",
+                        1 if request.param == "generated" else 10 ** 9)
+    return request.param
 
 
 class Counted:
@@ -469,3 +481,31 @@ def test_a_function_writing_into_its_argument_is_traced_again():
     np.testing.assert_array_equal(grad(np.ones(2), counts), [1.0, 1.0])
     np.testing.assert_array_equal(grad(np.ones(2), counts), [2.0, 2.0])
     np.testing.assert_array_equal(counts, [2.0, 2.0])
+
+
+def test_by_default_a_signature_is_recorded_at_its_second_call(monkeypatch):
+    monkeypatch.setattr(replay, "RECORD_FROM_CALL", 2)
+    f = Counted(lambda x: np.sum(np.sin(x)))
+    grad = db.grad(f)
+    for expected_runs in (1, 2, 2, 2):      # traced, traced and recorded, replayed...
+        np.testing.assert_allclose(grad(np.full(2, 0.5)), np.cos(np.full(2, 0.5)))
+        assert f.runs == expected_runs
+    one_shot = Counted(lambda x: np.sum(np.sin(x)))
+    db.grad(one_shot)(np.ones(2))
+    assert one_shot.runs == 1
+
+
+def test_generated_code_takes_over_after_enough_replays(monkeypatch):
+    monkeypatch.setattr(replay.Program, "GENERATE_AFTER", 3)
+    vg = db.value_and_grad(eam(np, rho.sum))
+    want = db.value_and_grad(eam(np, rho.sum), replay=False)
+    programs = [c.cell_contents for c in vg.__closure__
+                if type(c.cell_contents) is replay.Programs][0]
+    for call in range(6):
+        x = RNG.uniform(0, 1, 7)
+        got, expected = vg(x), want(x)
+        assert got[0] == expected[0]
+        np.testing.assert_array_equal(got[1], expected[1])
+        (entry,) = programs.entries.values()
+        # call 0 records; calls 1-3 are interpreted replays, the third generates code
+        assert (entry.program.generated is not None) == (call >= 3)

@@ -67,9 +67,9 @@ def value_and_grad(f, argnums=0, *, out=None, replay=True):
     ``k.sum`` rule is written there directly: a repeated call allocates nothing of the
     gradient's size.
 
-    ``replay``: the first call with a given signature (the differentiated arguments'
-    structure, shapes and dtypes, the other arguments' values) traces ``f``; later
-    calls with that signature replay the recorded operations on the new values
+    ``replay``: the second call with a given signature (the differentiated arguments'
+    structure, shapes and dtypes, the other arguments' values) records the operations
+    ``f`` traced; later calls with that signature replay them on the new values
     without running ``f``'s Python code.  Control flow that depended on a traced
     value (``if x > 0``, ``bool(x)``, ``np.argmax(x)``) is checked again on every
     replay, and ``f`` is traced again when an outcome differs, so a replay computes
@@ -131,6 +131,8 @@ def _run(f, args, kwargs, positions, out, single, call, replay):
     value, seeds = _scalar_output(result, f, tape)
     if tape.for_replay:
         call.keep(tape, result, before)
+    elif call is not None and not replay:
+        call.traced()
     grads = call.gradients(tape, seeds) if replay else backward(tape, seeds)
     if out is not None:
         for box, target in targets:

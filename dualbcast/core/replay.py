@@ -31,7 +31,7 @@ import numpy as np
 
 from .pytree import flatten
 from .replay_code import generate
-from .tape import accumulate, ignore_float_errors, restore_float_errors
+from .tape import accumulate, backward, ignore_float_errors, restore_float_errors
 
 
 class Unreplayable(Exception):
@@ -161,11 +161,19 @@ def free_variables(f):
 
 
 class Program:
-    """A traced program, ready to run on new values of the same signature: its
-    forward and backward passes as generated code (:mod:`.replay_code`)."""
+    """A traced program, ready to run on new values of the same signature.
 
-    __slots__ = ("forward", "backward", "output", "arrays", "watched", "leaves", "free",
-                 "slots")
+    It runs interpreted first: one closure per record rebuilds the record on a fresh
+    tape, and the tape's own backward pass follows.  After ``GENERATE_AFTER`` runs its
+    forward and backward passes are written out as Python code (:mod:`.replay_code`),
+    ~2x faster for small programs; compiling that code costs ~150 µs per record (a
+    tenth of a second for a thousand), which only a program run that often pays back.
+    """
+
+    GENERATE_AFTER = 64
+
+    __slots__ = ("steps", "guards", "generated", "runs", "output", "arrays", "watched",
+                 "leaves", "free", "slots")
 
     def __init__(self, tape, output, box_type, arrays, free):
         """``arrays``: copies of the non-differentiated argument arrays as the trace
@@ -173,10 +181,10 @@ class Program:
         self.leaves = len(tape.values) - len(tape.records)
         self.slots = len(tape.values)
         self.output = ("slot", output.slot) if type(output) is box_type else ("constant", output)
-        guards = [(position, _guard(*rest)) for position, *rest in tape.guards]
-        self.forward, self.backward = generate(
-            tape.records, guards, self.leaves,
-            output.slot if type(output) is box_type else None, Rerun)
+        self.guards = [(position, _guard(*rest)) for position, *rest in tape.guards]
+        self.steps = _steps(tape.records, self.guards)
+        self.generated = None       # (forward, backward) once generated
+        self.runs = 0
         self.arrays = arrays
         # (weakref to a constant array, the copy the tape kept); the copy stays
         # writeable like the original: a read-only array is another Numba type, and a
@@ -186,8 +194,8 @@ class Program:
         self.free = free            # free_variables(f) at the trace
 
     def run(self, tape, arrays, box_type, f):
-        """Fill ``tape``'s values (its input slots already there) and return the output,
-        a box or a constant; :class:`GuardFailed` when the program would differ."""
+        """Fill ``tape`` (its input slots already there) and return the output, a box
+        or a constant; :class:`GuardFailed` when the program would differ."""
         free = free_variables(f)
         if len(free) != len(self.free) or any(a is not b for a, b in zip(free, self.free)):
             raise GuardFailed           # f names another object than at the trace
@@ -201,12 +209,26 @@ class Program:
         values = tape.values
         if len(values) != self.leaves:
             raise GuardFailed
-        tape.residuals = self.forward(tape, values)
+        generated = self.generated
+        if generated is not None:
+            tape.residuals = generated[0](tape, values)
+        else:
+            for step in self.steps:
+                step(tape, values, tape.records)
+            self.runs += 1
+            if self.runs == self.GENERATE_AFTER:
+                # From this run's records: the program's constants and functions, no
+                # values of the trace kept.
+                output = self.output[1] if self.output[0] == "slot" else None
+                self.generated = generate(tape.records, self.guards, self.leaves, output,
+                                          Rerun)
         kind, output = self.output
         return output if kind == "constant" else box_type(values[output], output, tape)
 
     def gradients(self, tape, seeds):
-        """The backward pass of a run: cotangents by slot, as :func:`.tape.backward`."""
+        """The backward pass of a run: cotangents by slot."""
+        if tape.residuals is None:      # an interpreted run: the tape has its records
+            return backward(tape, seeds)
         values = tape.values
         grads = [None] * self.slots
         owned = bytearray(self.slots)
@@ -214,7 +236,7 @@ class Program:
             accumulate(grads, owned, values, slot, seed)
         errors = ignore_float_errors()
         try:
-            return self.backward(values, grads, owned, tape.residuals)
+            return self.generated[1](values, grads, owned, tape.residuals)
         finally:
             restore_float_errors(errors)
 
@@ -227,6 +249,74 @@ def compile_program(tape, output, box_type, arrays, free):
     if any(record[0] != leaves + k for k, record in enumerate(tape.records)):
         return None                     # slots not in record order: nothing to rely on
     return Program(tape, output, box_type, arrays, free)
+
+
+def _steps(records, guards):
+    """One closure per record and guard, in trace order: ``step(tape, values,
+    records)`` appends the record's value and its new record."""
+    steps = []
+    guards = list(guards)
+    for k, record in enumerate(records):
+        while guards and guards[0][0] == k:
+            steps.append(_checking(guards.pop(0)[1]))
+        steps.append(_linear_step(*record) if len(record) == 7 else _record_step(*record))
+    steps += [_checking(check) for _, check in guards]
+    return steps
+
+
+def _checking(check):
+    def step(tape, values, records):
+        check(values)
+    return step
+
+
+def _bound(argnums, parents, others, saved):
+    """``(constants, positions)``: the arguments with traced ones blanked, and
+    ``(position, slot)`` of each traced one."""
+    positions = tuple(zip(argnums, parents)) + others
+    constants = list(saved)
+    for i, _ in positions:
+        constants[i] = None             # drop the traced value: only its slot matters
+    return constants, positions
+
+
+def _record_step(out_slot, parents, argnums, vjps, ans, saved, kwargs, func, others):
+    constants, positions = _bound(argnums, parents, others, saved)
+    rerun = isinstance(func, Rerun)
+
+    def step(tape, values, records):
+        args = constants.copy()
+        for i, slot in positions:
+            args[i] = values[slot]
+        if rerun:
+            result, fresh_vjps = func(tape, args, parents)
+        else:
+            result = func(*args, **kwargs)
+            fresh_vjps = vjps
+        values.append(result)
+        records.append((out_slot, parents, argnums, fresh_vjps, result, tuple(args), kwargs,
+                        func, others))
+    return step
+
+
+def _linear_step(out_slot, parents, partials, op, saved, partials_of, argnums):
+    (x, y), positions = _bound(argnums, parents, (), saved)
+    kept = argnums[0] if len(argnums) == 1 else None   # the one partial kept, if one
+
+    def step(tape, values, records):
+        a, b = x, y
+        for i, slot in positions:
+            if i:
+                b = values[slot]
+            else:
+                a = values[slot]
+        result = op(a, b)
+        local = partials_of(a, b)
+        if kept is not None:
+            local = (local[kept],)
+        values.append(result)
+        records.append((out_slot, parents, local, op, (a, b), partials_of, argnums))
+    return step
 
 
 def _guard(func, args, kwargs, expected):
@@ -275,20 +365,27 @@ class Programs:
         return Call(self, entry, arrays)
 
 
+RECORD_FROM_CALL = 2     # the call with a signature whose trace is kept for replays
+
+
 class _Entry:
-    __slots__ = ("program", "replays", "failures", "replayable")
+    __slots__ = ("program", "traces", "replays", "failures", "replayable")
 
     def __init__(self):
         self.program = None
+        self.traces = 0
         self.replays = 0
         self.failures = 0
         self.replayable = True      # False once a trace did what a replay cannot redo
 
     @property
     def wanted(self):
-        # Control flow that changes on most calls (a branch on a value that keeps
-        # changing) makes every replay fail after its checks: stop recording then.
-        return self.replayable and self.failures <= 2 * self.replays + 4
+        # Recorded from the second call with a signature on (a function called once,
+        # db.grad(f)(x), pays nothing for replay), unless control flow changes on most
+        # calls (a branch on a value that keeps changing): every replay would fail
+        # after its checks.
+        return self.traces >= RECORD_FROM_CALL - 1 and self.replayable and \
+            self.failures <= 2 * self.replays + 4
 
 
 class Call:
@@ -329,9 +426,14 @@ class Call:
         of the non-differentiated argument arrays."""
         return free_variables(self.programs.f), [np.array(a, copy=True) for a in self.arrays]
 
+    def traced(self):
+        """A trace ran without being recorded."""
+        self.entry.traces += 1
+
     def keep(self, tape, output, before):
         """Compile and keep the program ``tape`` traced; ``before``: :meth:`tracing`."""
         free, arrays = before
         program = compile_program(tape, output, self.programs.box_type, arrays, free)
+        self.entry.traces += 1
         self.entry.program = program
         self.entry.replayable = program is not None
