@@ -85,15 +85,19 @@ def value_and_grad(f, argnums=0, *, out=None, replay=True):
     (np.float64(6.0), (array([3., 3.]), 2.0))
     """
     single, _ = _check_argnums(argnums, f)     # checked now; positions at each call
-    positions_for = {}          # number of arguments -> positions of the differentiated ones
+    # number of arguments -> (positions of the differentiated ones, a bool per argument)
+    positions_for = {}
     programs = Programs(f, Box) if replay else None
 
     @functools.wraps(f)
     def value_and_grad_f(*args, **kwargs):
-        positions = positions_for.get(len(args))
-        if positions is None:
-            positions = positions_for[len(args)] = _positions(argnums, len(args), f)
-        call = programs.lookup(args, kwargs, positions) if programs is not None else None
+        known = positions_for.get(len(args))
+        if known is None:
+            positions = _positions(argnums, len(args), f)
+            known = positions_for[len(args)] = (
+                positions, tuple(i in positions for i in range(len(args))))
+        positions, differentiated = known
+        call = programs.lookup(args, kwargs, differentiated) if programs is not None else None
         if call is not None and call.program is not None:
             answer = _run(f, args, kwargs, positions, out, single, call, replay=True)
             if answer is not None:

@@ -145,19 +145,23 @@ _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 # --------------------------------------------------------------------- programs
 
 def free_variables(f):
-    """The objects ``f``'s own code names from outside: its globals (missing ones as
-    None) and its closure cells' contents; () for a callable that is not a function."""
+    """A function returning the objects ``f``'s own code names from outside: its
+    globals (missing ones as None) and its closure cells' contents; nothing for a
+    callable that is not a Python function."""
     code = getattr(f, "__code__", None)
     if code is None:
-        return ()
-    namespace = f.__globals__
-    found = [namespace.get(name) for name in code.co_names]
-    for cell in f.__closure__ or ():
-        try:
-            found.append(cell.cell_contents)
-        except ValueError:                  # a cell not filled yet
-            found.append(None)
-    return found
+        return list
+    get, names, cells = f.__globals__.get, code.co_names, f.__closure__ or ()
+
+    def read():
+        found = [get(name) for name in names]
+        for cell in cells:
+            try:
+                found.append(cell.cell_contents)
+            except ValueError:              # a cell not filled yet
+                found.append(None)
+        return found
+    return read
 
 
 class Program:
@@ -177,7 +181,7 @@ class Program:
 
     def __init__(self, tape, output, box_type, arrays, free):
         """``arrays``: copies of the non-differentiated argument arrays as the trace
-        began; ``free``: ``free_variables(f)`` then."""
+        began; ``free``: f's free variables then (:func:`free_variables`)."""
         self.leaves = len(tape.values) - len(tape.records)
         self.slots = len(tape.values)
         self.output = ("slot", output.slot) if type(output) is box_type else ("constant", output)
@@ -191,12 +195,12 @@ class Program:
         # kernel would compile again for it.
         self.watched = [(weakref.ref(original), kept) for original, kept
                         in {id(pair[1]): pair for pair in tape.copies}.values()]
-        self.free = free            # free_variables(f) at the trace
+        self.free = free            # f's free variables at the trace
 
-    def run(self, tape, arrays, box_type, f):
+    def run(self, tape, arrays, box_type, read_free_variables):
         """Fill ``tape`` (its input slots already there) and return the output, a box
         or a constant; :class:`GuardFailed` when the program would differ."""
-        free = free_variables(f)
+        free = read_free_variables()
         if len(free) != len(self.free) or any(a is not b for a, b in zip(free, self.free)):
             raise GuardFailed           # f names another object than at the trace
         for given, kept in zip(arrays, self.arrays):
@@ -344,15 +348,13 @@ class Programs:
     MAX_SIGNATURES = 32
 
     def __init__(self, f, box_type):
-        self.f = f
+        self.free_variables = free_variables(f)
         self.box_type = box_type
         self.entries = {}       # signature key -> _Entry, oldest first
 
-    def lookup(self, args, kwargs, positions):
-        """The :class:`Call` for these arguments, or None if they cannot be replayed."""
-        differentiated = [False] * len(args)
-        for i in positions:
-            differentiated[i] = True
+    def lookup(self, args, kwargs, differentiated):
+        """The :class:`Call` for these arguments (``differentiated``: a bool per
+        argument), or None if they cannot be replayed."""
         try:
             key, arrays = signature(args, kwargs, differentiated)
             entry = self.entries.get(key)
@@ -408,7 +410,7 @@ class Call:
         """The replay's output on ``tape``; :class:`GuardFailed` if it would differ."""
         try:
             result = self.program.run(tape, self.arrays, self.programs.box_type,
-                                      self.programs.f)
+                                      self.programs.free_variables)
         except GuardFailed:
             self.entry.failures += 1
             self.entry.program = None
@@ -424,7 +426,8 @@ class Call:
         """What a trace's program is checked against later, taken before ``f`` runs
         (``f`` may write into an argument): the function's free variables and copies
         of the non-differentiated argument arrays."""
-        return free_variables(self.programs.f), [np.array(a, copy=True) for a in self.arrays]
+        return (self.programs.free_variables(),
+                [np.array(a, copy=True) for a in self.arrays])
 
     def traced(self):
         """A trace ran without being recorded."""
