@@ -74,11 +74,8 @@ def value_and_grad(f, argnums=0, *, out=None, replay=True):
     value (``if x > 0``, ``bool(x)``, ``np.argmax(x)``) is checked again on every
     replay, and ``f`` is traced again when an outcome differs, so a replay computes
     exactly what a trace would.  As with ``jax.jit``, ``f`` must compute from its
-    arguments.  Checked: the globals and closure variables ``f`` names are the same
-    objects, a global array it reads was not changed in place, and a program that
-    prints a traced value is traced every time.  Not seen: a name rebound inside a
-    helper ``f`` calls, a random number drawn inside ``f``, other side effects;
-    ``replay=False`` traces every call.
+    arguments; what a replay checks and what it cannot see is listed in
+    :mod:`dualbcast.core.replay`.  ``replay=False`` traces every call.
 
     >>> import numpy as np, dualbcast as db
     >>> db.value_and_grad(lambda x, a: a * np.sum(x), argnums=(0, 1))(np.ones(2), 3.0)

@@ -61,7 +61,11 @@ def apply(func, vjps, args, kwargs=_NO_KWARGS, scalar_vjps=None):
     traced (``vjps[i]`` not None).  The one place where NumPy operations meet the tape.
     ``scalar_vjps``, if given, replace ``vjps`` when the result is a scalar."""
     tape, values, parents, argnums, others = trace_inputs(args, vjps)
-    ans = func(*values, **kwargs)
+    try:
+        ans = func(*values, **kwargs)
+    except Exception:
+        raised(tape)
+        raise
     if not parents:
         if tape is not None:        # traced, but only through non-differentiable inputs
             escape(tape, func, args, kwargs, ans)
@@ -73,22 +77,61 @@ def apply(func, vjps, args, kwargs=_NO_KWARGS, scalar_vjps=None):
     return record(tape, ans, parents, argnums, vjps, saved, kwargs, func, others)
 
 
-def keep(tape, constant):
-    """``snapshot(constant)``, and when the copy is a new array and ``tape`` may be
-    replayed, the pair: a replay checks the original still holds what was copied."""
-    kept = snapshot(constant)
-    if kept is not constant and tape is not None and tape.for_replay:
+def keep(tape, constant, for_backward=True):
+    """``snapshot(constant)`` (``for_backward``: the backward pass needs it as it is
+    now); and when ``tape`` may be replayed, every array (read-only ones too: another
+    view may write their data) is copied and the pair noted, so a replay can check
+    that the original still holds what was copied.  An array above
+    ``REPLAY_COPY_LIMIT`` bytes that was not copied already makes the tape unreplayable
+    instead: no copy the size of the work."""
+    kept = snapshot(constant) if for_backward else constant
+    if tape is None or not tape.for_replay:
+        return kept
+    if kept is constant and _holds_array(constant):
+        if _nbytes(constant) > REPLAY_COPY_LIMIT:
+            tape.replayable = False
+            return kept
+        kept = _copied(constant)
+    if kept is not constant:
         tape.copies.append((constant, kept))
     return kept
+
+
+REPLAY_COPY_LIMIT = 1 << 20
 
 
 def snapshot(constant):
     """What a record keeps of a constant argument for the backward pass: a writeable
     array is copied, since the program may write into it later (a reused buffer) and
-    the gradient must use the value it had here.  Read-only arrays and scalars are
-    kept as they are."""
-    if type(constant) is np.ndarray and constant.flags.writeable:
+    the gradient must use the value it had here; so is a list (and the arrays in it).
+    Read-only arrays, scalars and tuples of them are kept as they are."""
+    kind = type(constant)
+    if kind is np.ndarray:
+        return constant.copy() if constant.flags.writeable else constant
+    if kind is list:
+        return [snapshot(item) for item in constant]
+    if kind is tuple and any(type(item) in (np.ndarray, list) for item in constant):
+        return tuple(snapshot(item) for item in constant)
+    return constant
+
+
+def _holds_array(constant):
+    kind = type(constant)
+    return kind is np.ndarray or kind in (list, tuple) and any(map(_holds_array, constant))
+
+
+def _nbytes(constant):
+    if type(constant) is np.ndarray:
+        return constant.nbytes
+    return sum(map(_nbytes, constant)) if type(constant) in (list, tuple) else 0
+
+
+def _copied(constant):
+    kind = type(constant)
+    if kind is np.ndarray:
         return constant.copy()
+    if kind in (list, tuple):
+        return kind(map(_copied, constant))
     return constant
 
 
@@ -109,28 +152,42 @@ def escape(tape, func, args, kwargs, result):
     slots: a tape must not hold its own boxes, or it would live until the next garbage
     collection.)"""
     if tape.for_replay and not tape.closed:
-        tape.guards.append((len(tape.records), func, _slots(args),
-                            {k: _slot(v) for k, v in kwargs.items()}, result))
+        # The expected outcome is copied: f may write into the array it was handed.
+        tape.guards.append((len(tape.records), func, _slots(tape, args),
+                            {k: _slot(tape, v) for k, v in kwargs.items()},
+                            _copied(result)))
     return result
 
 
-def _slots(args):
-    return tuple(_slot(arg) for arg in args)
+def raised(tape):
+    """An operation on traced values raised: ``f`` may catch it and go on, so its
+    control flow depended on the error, which a replay cannot check."""
+    if tape is not None and not tape.closed:
+        tape.replayable = False
 
 
-def _slot(arg):
+def _slots(tape, args):
+    return tuple(_slot(tape, arg) for arg in args)
+
+
+def _slot(tape, arg):
     if type(arg) is Box:
         return Slot(arg.slot)
-    if type(arg) in (list, tuple):
-        return type(arg)(_slot(item) for item in arg)
-    return arg
+    if type(arg) in (list, tuple) and any(type(item) is Box for item in arg):
+        return type(arg)(_slot(tape, item) for item in arg)
+    return keep(tape, arg)      # a constant operand (x > t): copied and watched
 
 
 def constant(func, args, kwargs=_NO_KWARGS):
     """``func`` on the values of ``args`` (boxes may sit one list deep), a constant:
     noted as an escape when a box was among them."""
-    result = func(*map(_unbox_nested, args), **{k: _unbox_nested(v) for k, v in kwargs.items()})
     tape = _tape_among(args) or _tape_among(kwargs.values())
+    try:
+        result = func(*map(_unbox_nested, args),
+                      **{k: _unbox_nested(v) for k, v in kwargs.items()})
+    except Exception:
+        raised(tape)
+        raise
     if tape is not None and func not in SHAPE_ONLY_FUNCTIONS:
         escape(tape, func, args, kwargs, result)
     return result
@@ -239,7 +296,11 @@ def _operator(ufunc, op, x, y):
         parents, argnums, saved = (y.slot,), _SECOND, (keep(tape, x), yv)
     if tape.closed or None in vjps:
         return apply(op, vjps, (x, y))            # the general path and its errors
-    ans = op(xv, yv)
+    try:
+        ans = op(xv, yv)
+    except Exception:               # 1.0 / x at x == 0.0, a Python float
+        raised(tape)
+        raise
     values = tape.values
     slot = len(values)
     values.append(ans)
@@ -270,7 +331,12 @@ def _operator_unary(ufunc, op, x):
 
 def _comparison(op):
     def compare(self, other):
-        return escape(self.tape, op, (self, other), _NO_KWARGS, op(self.value, unbox(other)))
+        try:
+            result = op(self.value, unbox(other))
+        except Exception:
+            raised(self.tape)
+            raise
+        return escape(self.tape, op, (self, other), _NO_KWARGS, result)
     return compare
 
 
@@ -342,7 +408,12 @@ class Box:
 
     def __bool__(self):
         # Control flow on a value is fine: the branch taken is what gets differentiated.
-        return escape(self.tape, bool, (self,), _NO_KWARGS, bool(self.value))
+        try:
+            result = bool(self.value)
+        except Exception:           # an array of several elements
+            raised(self.tape)
+            raise
+        return escape(self.tape, bool, (self,), _NO_KWARGS, result)
 
     # --------------------------------------------------------------- attributes
     shape = property(lambda self: np.shape(self.value))

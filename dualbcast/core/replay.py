@@ -16,14 +16,19 @@ content in :meth:`Program.run`).  Arguments of other kinds (objects with state) 
 call unreplayable: it is traced every time.
 
 What a replay assumes, as ``jax.jit`` does: ``f`` computes from its arguments.  What
-it can check, it does: the globals and closure variables ``f`` itself names must be
-the same objects as at the trace (``lambda x: loss(x, data[i])`` with ``i`` changed is
-traced again); a global or closure array read by the program must hold what it held
-(its content is compared with the copy the tape kept); a program that prints a traced
-value or calls ``stop_gradient`` is traced every time.  What it cannot see: a name
-rebound inside a helper ``f`` calls, a random number drawn inside ``f``, another side
-effect.  Pass such values as arguments, or use ``value_and_grad(f, replay=False)``.
+it can check, it does: the globals and closure variables ``f``'s own code names (its
+comprehensions and lambdas included) must be the same objects as at the trace
+(``lambda x: loss(x, data[i])`` with ``i`` changed is traced again); every constant
+array or list an operation used must still hold what it held (compared with the copy
+the tape kept); an error the replay meets (``f`` may have caught it), or a
+floating-point warning, means tracing again; a program that prints a traced value or
+calls ``stop_gradient`` is traced every time.  What it cannot see: an attribute or a
+container entry changed (``cfg.scale``, ``params["w"]``), a name rebound inside a
+helper ``f`` calls, an array changed in place that only a derived value was computed
+from, a random number drawn inside ``f``, another side effect.  Pass such values as
+arguments, or use ``value_and_grad(f, replay=False)``.
 """
+import struct
 import types
 import weakref
 
@@ -31,7 +36,8 @@ import numpy as np
 
 from .pytree import flatten
 from .replay_code import generate
-from .tape import accumulate, backward, ignore_float_errors, restore_float_errors
+from .tape import (accumulate, backward, ignore_float_errors, raise_float_errors,
+                   restore_float_errors)
 
 
 class Unreplayable(Exception):
@@ -64,8 +70,9 @@ class Slot:
 _FLOAT_SCALARS = frozenset({float, np.float64, np.float32, np.float16})
 # Arguments a signature holds by identity: functions, and (registered by the rules)
 # kernels.  A function's closure could change; that is the assumption of the module
-# docstring again.
-BY_IDENTITY = {types.FunctionType, types.BuiltinFunctionType, types.MethodType, np.ufunc}
+# docstring again.  Not bound methods (obj.apply, d.get, rng.normal): their object's
+# state is part of what they compute.
+BY_IDENTITY = {types.FunctionType, np.ufunc}
 
 
 def signature(args, kwargs, differentiated):
@@ -96,7 +103,7 @@ def _constant_key(value, arrays):
     if value is None or kind is bool or kind is int or kind is str or kind is bytes:
         return (kind, value)
     if kind is float:
-        return (kind, value.hex())          # its bits: -0.0 is not 0.0, nan is nan
+        return (kind, _bits(value))         # -0.0 is not 0.0; nor is -nan nan
     if kind is np.ndarray:
         if value.dtype.hasobject:
             raise Unreplayable("an object array")
@@ -105,13 +112,15 @@ def _constant_key(value, arrays):
     if isinstance(value, np.generic):
         return (kind, value.tobytes())
     if kind is complex:
-        return (kind, value.real.hex(), value.imag.hex())
+        return (kind, _bits(value.real), _bits(value.imag))
     if kind is tuple or kind is list or isinstance(value, tuple):       # and namedtuples
         return (kind, tuple(_constant_key(item, arrays) for item in value))
     if kind is dict:
-        return (kind, tuple((k, _constant_key(v, arrays)) for k, v in value.items()))
-    if kind in BY_IDENTITY:
-        return (kind, value)
+        return (kind, tuple((_constant_key(k, arrays), _constant_key(v, arrays))
+                            for k, v in value.items()))
+    if kind in BY_IDENTITY or kind is types.BuiltinFunctionType and (
+            value.__self__ is None or type(value.__self__) is types.ModuleType):
+        return (kind, value)                # math.sin, len: not a bound method
     raise Unreplayable(f"an argument of type {kind.__name__}")
 
 
@@ -124,22 +133,21 @@ def identical(a, b):
     if kind is np.ndarray:
         if a.shape != b.shape or a.dtype != b.dtype:
             return False
-        if a.nbytes <= 1 << 16:
-            return a.tobytes() == b.tobytes()     # 4x faster than a ufunc when small
         unsigned = _UNSIGNED.get(a.dtype.itemsize)
-        if unsigned is None:
-            return bool(np.array_equal(a, b))
+        if a.nbytes <= 1 << 16 or unsigned is None:
+            return a.tobytes() == b.tobytes()     # 4x faster than a ufunc when small
         return bool((a.view(unsigned) == b.view(unsigned)).all())
     if kind is tuple or kind is list:
         return len(a) == len(b) and all(identical(x, y) for x, y in zip(a, b))
     if kind is float:
-        return a.hex() == b.hex()
+        return _bits(a) == _bits(b)
     if isinstance(a, np.generic):
         return a.tobytes() == b.tobytes()
     return bool(a == b)
 
 
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_bits = struct.Struct("<d").pack        # a float's bits (hex() hides a nan's sign)
 
 
 # --------------------------------------------------------------------- programs
@@ -151,7 +159,7 @@ def free_variables(f):
     code = getattr(f, "__code__", None)
     if code is None:
         return list
-    get, names, cells = f.__globals__.get, code.co_names, f.__closure__ or ()
+    get, names, cells = f.__globals__.get, _names(code), f.__closure__ or ()
 
     def read():
         found = [get(name) for name in names]
@@ -162,6 +170,15 @@ def free_variables(f):
                 found.append(None)
         return found
     return read
+
+
+def _names(code):
+    # The global names a function's code reads, its comprehensions and lambdas included.
+    names = list(code.co_names)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names += _names(constant)
+    return tuple(names)
 
 
 class Program:
@@ -175,6 +192,7 @@ class Program:
     """
 
     GENERATE_AFTER = 64
+    GENERATE_UP_TO = 2000       # records: Python's compile time grows faster than that
 
     __slots__ = ("steps", "guards", "generated", "runs", "output", "arrays", "watched",
                  "leaves", "free", "slots")
@@ -190,10 +208,11 @@ class Program:
         self.generated = None       # (forward, backward) once generated
         self.runs = 0
         self.arrays = arrays
-        # (weakref to a constant array, the copy the tape kept); the copy stays
+        # (reference to a constant, the copy the tape kept): weak for an array (a
+        # temporary of the trace costs nothing), strong for a list.  The copy stays
         # writeable like the original: a read-only array is another Numba type, and a
         # kernel would compile again for it.
-        self.watched = [(weakref.ref(original), kept) for original, kept
+        self.watched = [(_reference(original), kept) for original, kept
                         in {id(pair[1]): pair for pair in tape.copies}.values()]
         self.free = free            # f's free variables at the trace
 
@@ -220,7 +239,7 @@ class Program:
             for step in self.steps:
                 step(tape, values, tape.records)
             self.runs += 1
-            if self.runs == self.GENERATE_AFTER:
+            if self.runs == self.GENERATE_AFTER and len(tape.records) <= self.GENERATE_UP_TO:
                 # From this run's records: the program's constants and functions, no
                 # values of the trace kept.
                 output = self.output[1] if self.output[0] == "slot" else None
@@ -323,6 +342,13 @@ def _linear_step(out_slot, parents, partials, op, saved, partials_of, argnums):
     return step
 
 
+def _reference(original):
+    try:
+        return weakref.ref(original)
+    except TypeError:                   # a list
+        return lambda: original
+
+
 def _guard(func, args, kwargs, expected):
     def check(values):
         bound = [_bind(arg, values) for arg in args]
@@ -407,14 +433,22 @@ class Call:
         return self.entry.wanted
 
     def run(self, tape):
-        """The replay's output on ``tape``; :class:`GuardFailed` if it would differ."""
+        """The replay's output on ``tape``; :class:`GuardFailed` if it would differ.
+
+        An error the trace did not meet also means tracing again: ``f`` may catch it
+        (``try: 1.0 / x``), or run the operation under other NumPy error settings —
+        which is also why a replay raises on floating-point errors NumPy would only
+        warn about: the trace that follows warns (or raises) as ``f`` says."""
+        errors = raise_float_errors()
         try:
             result = self.program.run(tape, self.arrays, self.programs.box_type,
                                       self.programs.free_variables)
-        except GuardFailed:
+        except Exception:
             self.entry.failures += 1
             self.entry.program = None
-            raise
+            raise GuardFailed from None
+        finally:
+            restore_float_errors(errors)
         self.entry.replays += 1
         return result
 

@@ -27,15 +27,24 @@ try:
     # made once and swapped in (NumPy 2's private context variable behind errstate).
     from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
     _IGNORING = _make_extobj(divide="ignore", invalid="ignore")
+    _RAISING = _make_extobj(divide="raise", over="raise", invalid="raise")
 
     def ignore_float_errors():
         return _extobj_contextvar.set(_IGNORING)
+
+    def raise_float_errors():
+        return _extobj_contextvar.set(_RAISING)
 
     def restore_float_errors(token):
         _extobj_contextvar.reset(token)
 except ImportError:                                  # another NumPy: the public way
     def ignore_float_errors():
         state = np.errstate(divide="ignore", invalid="ignore")
+        state.__enter__()
+        return state
+
+    def raise_float_errors():
+        state = np.errstate(divide="raise", over="raise", invalid="raise")
         state.__enter__()
         return state
 

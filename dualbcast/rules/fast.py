@@ -8,7 +8,7 @@ in the loop), so its backward only scales by the cotangent, in place when it may
 """
 import numpy as np
 
-from ..core.box import Box, keep, record, trace_inputs
+from ..core.box import Box, keep, raised, record, trace_inputs
 from ..core.replay import BY_IDENTITY, Rerun
 from ..kernel.fast_broadcast import FastBroadcast
 from ..kernel.threads import multiply_in_place
@@ -27,25 +27,16 @@ def traced_sum(kernel, args):
 def _traced(rule_type, kernel, args):
     tape, values, parents, active, _ = trace_inputs(args)
     rule = rule_type(kernel, active)
-    ans, vjps = rule(tape, values, parents)
+    try:
+        ans, vjps = rule(tape, values, parents)
+    except Exception:
+        raised(tape)
+        raise
     if tape.for_replay:
-        # The backward pass needs no constant; a replay needs them as they are now, so
-        # writeable arrays are copied, up to a size: a larger one (the large constant
-        # touched once) would cost a copy the size of the work, and only the trace's
-        # Python overhead, negligible at that size, is saved by replaying it.
-        values = [value if type(arg) is Box else _kept(tape, value)
+        # The backward pass needs no constant; a replay needs them as they are now.
+        values = [value if type(arg) is Box else keep(tape, value, for_backward=False)
                   for arg, value in zip(args, values)]
     return record(tape, ans, parents, active, vjps, tuple(values), _NO_KWARGS, rule)
-
-
-REPLAY_COPY_LIMIT = 1 << 20          # bytes of constant array a kernel record copies
-
-
-def _kept(tape, value):
-    if type(value) is np.ndarray and value.flags.writeable and value.nbytes > REPLAY_COPY_LIMIT:
-        tape.replayable = False
-        return value
-    return keep(tape, value)
 
 
 class _KernelRule(Rerun):

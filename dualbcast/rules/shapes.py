@@ -248,5 +248,5 @@ CONSTANT_FUNCTIONS.update({
 })
 SHAPE_ONLY_FUNCTIONS.update({
     np.shape, np.ndim, np.size, np.result_type, np.zeros_like, np.ones_like, np.empty_like,
-    np.full_like, np.iscomplexobj, np.isrealobj,
+    np.iscomplexobj, np.isrealobj,      # (not full_like: its fill value may be traced)
 })
