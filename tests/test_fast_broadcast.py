@@ -386,3 +386,23 @@ def test_float_to_negative_int_power_at_zero_names_the_kernel():
     inverse = db.fast_broadcast(lambda x: x ** -1)
     with pytest.raises(ZeroDivisionError, match="'<lambda>'.*1.0 / x \\*\\* n"):
         inverse(np.array([1.0, 0.0]))
+
+
+@db.fast_broadcast
+def weighted_square(x, w):
+    return w * x * x
+
+
+@pytest.mark.parametrize("weights", [[1.0, 2.0, 3.0], (1.0, 2.0, 3.0), [[1.0], [3.0]], [2]])
+def test_lists_and_tuples_are_arrays_in_every_mode(weights):
+    x = np.array([0.5, 1.0, 2.0])
+    w = np.asarray(weights, dtype=float)
+    np.testing.assert_array_equal(weighted_square(x, weights), w * x * x)
+    assert weighted_square.sum(x, weights) == pytest.approx(np.sum(w * x * x))
+    value, partial = weighted_square.value_and_partials(x, weights, wrt=0)
+    np.testing.assert_array_equal(partial, np.broadcast_to(2 * w * x, value.shape))
+    total, grad_x = weighted_square.sum_and_partials(x, weights, wrt=0)
+    np.testing.assert_allclose(grad_x, np.sum(np.broadcast_to(2 * w * x, value.shape),
+                                              axis=tuple(range(value.ndim - 1))))
+    g = db.grad(lambda x: np.sum(weighted_square(x, weights)))(x)
+    np.testing.assert_allclose(g, grad_x)

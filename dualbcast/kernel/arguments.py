@@ -19,6 +19,8 @@ _SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
     np.uint64, np.float16, np.float32, np.float64))
 
 
+_ARRAY_LIKES = (list, tuple)
+
 # How ``CallPlan.operands_for`` turns an argument into its loop operand.
 AS_SCALAR, FIRST_ELEMENT, FLAT, LOOP_VIEW = range(4)
 
@@ -42,7 +44,11 @@ class CallPlan:
         # A Python float already is what Numba types as float64: no conversion needed.
         exact = float if dtype == np.float64 else None
         operands = []
-        for arg, recipe in zip(args, self.recipes):
+        for i, (arg, recipe) in enumerate(zip(args, self.recipes)):
+            if type(arg) in _ARRAY_LIKES:
+                # A list or tuple has no signature key, so its plan was made from this
+                # very call (or, in a replay, from the same checked content).
+                arg = self.originals[i]
             if recipe == AS_SCALAR:
                 operands.append(arg if type(arg) is exact else dtype.type(arg))
             elif recipe == FIRST_ELEMENT:
