@@ -12,6 +12,7 @@ from hypothesis import given, strategies as st
 from numba.core.errors import TypingError
 
 from dualbcast.vmath import common, explog
+from asm import loop_asm
 from ulp import assert_same_signs, max_ulp, random_bits, ulp_errors
 
 # Overflow to inf is an expected outcome here (references, casts, nextafter at the top).
@@ -233,19 +234,6 @@ AVX2 = "+avx2" in numba.core.codegen.get_host_cpu_features().split(",")
 SCALARISED = re.compile(
     r"\b(vpextr[qd]|vpinsr[qd]|vmovq|vcvtsi2s[sd]q?|vcvtt?s[sd]2si|vpshufd)\b")
 LIBM = re.compile(r"\b(exp|expf|expm1|expm1f|log|logf|log1p|log1pf|tanh|tanhf|pow|powf)\b")
-
-
-def loop_asm(dispatcher, sig):
-    """Assembly of the compiled loop itself (not of the CPython wrapper around it)."""
-    tag = f"{len(dispatcher.py_func.__name__)}{dispatcher.py_func.__name__}"
-    body, inside = [], False
-    for line in dispatcher.inspect_asm(sig).splitlines():
-        if line.startswith("_Z") and line.endswith(":"):
-            inside = tag in line and not line.startswith("_ZN7cpython")
-        elif inside:
-            body.append(line)
-    assert body
-    return "\n".join(body)
 
 
 @pytest.mark.skipif(not AVX2, reason="the vector widths asserted are AVX2's")

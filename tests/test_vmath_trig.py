@@ -15,6 +15,7 @@ from hypothesis import given, strategies as st
 from numba.core.errors import TypingError
 
 from dualbcast.vmath import common, trig
+from asm import loop_asm
 from ulp import assert_same_signs, max_ulp, random_bits, ulp_errors
 
 L = np.longdouble
@@ -230,19 +231,6 @@ LIBM_LLVM = re.compile(r"call[^\n]*@(llvm\.)?(sin|cos)f?\b")
 def libm_loop(x, out):
     for i in range(x.size):
         out[i] = math.sin(x[i])
-
-
-def loop_asm(dispatcher, sig):
-    """Assembly of the compiled loop itself (not of the CPython wrapper around it)."""
-    tag = f"{len(dispatcher.py_func.__name__)}{dispatcher.py_func.__name__}"
-    body, inside = [], False
-    for line in dispatcher.inspect_asm(sig).splitlines():
-        if line.startswith("_Z") and line.endswith(":"):
-            inside = tag in line and not line.startswith("_ZN7cpython")
-        elif inside:
-            body.append(line)
-    assert body
-    return "\n".join(body)
 
 
 def assert_vectorised_without_calls(asm, llvm, dtype):
