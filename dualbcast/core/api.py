@@ -112,7 +112,7 @@ def _run(f, args, kwargs, positions, out, single, call, replay):
     # small gradient.
     tape = _start_tracing(single_use=True)
     try:
-        traced_args, inputs = _trace_arguments(tape, args, positions)
+        traced_args, inputs = _trace_arguments(tape, args, positions, rebuild=not replay)
         if out is not None:
             targets = _gradient_targets(out, inputs, single)
             tape.gradient_buffers = {box.slot: target for box, target in targets
@@ -261,8 +261,10 @@ def _positions(argnums, nargs, f):
                               f"{_name(f)} (called with {nargs} positional arguments)")[1]
 
 
-def _trace_arguments(tape, args, positions, copy_arrays=False):
-    """Box every leaf of the differentiated arguments; the others pass through."""
+def _trace_arguments(tape, args, positions, copy_arrays=False, rebuild=True):
+    """Box every leaf of the differentiated arguments; the others pass through.
+    ``rebuild=False``: the boxed arguments are not needed (a replay does not call
+    ``f``), only the leaves' boxes in ``inputs``."""
     traced = list(args)
     inputs = []
     for i in positions:
@@ -274,7 +276,8 @@ def _trace_arguments(tape, args, positions, copy_arrays=False):
         if copy_arrays:
             leaves = [snapshot(leaf) for leaf in leaves]
         boxes = [_new_leaf(tape, leaf, i) for leaf in leaves]
-        traced[i] = unflatten(tree, boxes)
+        if rebuild:
+            traced[i] = unflatten(tree, boxes)
         inputs.append((boxes, tree))
     return traced, inputs
 
