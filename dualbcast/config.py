@@ -1,9 +1,11 @@
 """Run-time settings of dualbcast.
 
-``config.threads``             threads a large kernel loop is split across (default: the
-                               CPUs this process may use; ``DUALBCAST_THREADS``)
-``config.parallel_threshold``  loops over fewer elements run on one thread (waking
-                               threads costs tens of µs; measured in asv_bench)
+``config.threads``             parts a large kernel loop is split into, run on Numba's
+                               threads (default: the CPUs this process may use;
+                               ``DUALBCAST_THREADS``)
+``config.parallel_threshold``  loops over fewer elements run on one thread (starting a
+                               parallel region costs ~10 µs: two threads win from about
+                               16k elements of the EAM kernel here; asv_bench measures)
 ``config.cache_dir``           where compiled loops are cached on disk (default
                                ``$XDG_CACHE_HOME/dualbcast`` or ``~/.cache/dualbcast``;
                                ``DUALBCAST_CACHE_DIR``); None turns the cache off
@@ -35,7 +37,7 @@ def _default_cache_dir():
 class Config:
     def __init__(self):
         self.threads = _default_threads()
-        self.parallel_threshold = 200_000
+        self.parallel_threshold = 32_768
         self.cache_dir = _default_cache_dir()
 
     def __setattr__(self, name, value):

@@ -105,7 +105,8 @@ def test_kernel_inside_a_bigger_program():
 
 
 def _peak_bytes(run):
-    run()                                           # compile and warm up
+    run()                                           # compile and warm up (then the
+    run()                                           # loop's parallel driver)
     tracemalloc.start()
     run()
     _, peak = tracemalloc.get_traced_memory()

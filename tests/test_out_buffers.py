@@ -27,7 +27,8 @@ def energy(x):
 
 
 def _peak_bytes(call):
-    call()                                  # compiled, warm
+    call()                                  # compiled, warm (the second call
+    call()                                  # compiles the parallel driver)
     tracemalloc.start()
     try:
         call()

@@ -2,6 +2,9 @@
 settings validated; errors raised in a worker thread reach the caller."""
 import importlib
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -67,9 +70,10 @@ def _sum_to_shape(values, shape):
 def test_below_the_threshold_one_thread_runs(threads, monkeypatch):
     prepared = importlib.import_module("dualbcast.kernel.prepared")
     split = []
-    real = prepared.run_chunks
-    monkeypatch.setattr(prepared, "run_chunks",
-                        lambda call, n, count: split.append(count) or real(call, n, count))
+    real = prepared.PreparedCall._run_parallel
+    monkeypatch.setattr(prepared.PreparedCall, "_run_parallel",
+                        lambda self, workers, *args: split.append(workers)
+                        or real(self, workers, *args))
     x = np.linspace(0, 1, 4 * CHUNK_ELEMENTS)
     threads.threads = 2
     wave.sum(x, 1.0, 1.0)                   # the first call compiles: one thread
@@ -79,6 +83,67 @@ def test_below_the_threshold_one_thread_runs(threads, monkeypatch):
     threads.parallel_threshold = x.size
     wave.sum(x, 1.0, 1.0)
     assert split == [2]
+    threads.threads = 9                     # never more workers than chunks
+    wave.sum(x, 1.0, 1.0)
+    assert split == [2, 4]
+
+
+def test_a_thread_finding_another_in_a_parallel_region_runs_alone(threads, monkeypatch):
+    """Numba's workqueue layer cannot run two parallel regions at once."""
+    thread_module = importlib.import_module("dualbcast.kernel.threads")
+    prepared = importlib.import_module("dualbcast.kernel.prepared")
+    threads.threads, threads.parallel_threshold = 2, 0
+    x = np.linspace(-1, 1, 4 * CHUNK_ELEMENTS)
+    want = wave.sum_and_partials(x, 1.5, 0.5, wrt=(0, 1))      # compiles
+    split = []
+    real = prepared.PreparedCall._run_parallel
+    monkeypatch.setattr(prepared.PreparedCall, "_run_parallel",
+                        lambda self, workers, *args: split.append(workers)
+                        or real(self, workers, *args))
+    assert thread_module.enter_parallel_region()        # as if another thread were in one
+    try:
+        got = wave.sum_and_partials(x, 1.5, 0.5, wrt=(0, 1))
+    finally:
+        thread_module.leave_parallel_region()
+    assert split == []
+    assert got[0] == want[0]
+    for g, w in zip(got[1], want[1]):
+        np.testing.assert_array_equal(g, w)
+    wave.sum_and_partials(x, 1.5, 0.5, wrt=(0, 1))
+    assert split == [2]
+
+
+_FORKED_CHILD = """
+import os, sys
+import numpy as np
+import dualbcast as db
+db.config.cache_dir = sys.argv[1]
+db.config.threads, db.config.parallel_threshold = 2, 0
+
+@db.fast_broadcast
+def kernel(x, a):
+    return a * x * x
+
+x = np.linspace(-1, 1, 1 << 16)
+kernel.sum_and_partials(x, 2.0)                  # compiles (one thread)
+total, gx = kernel.sum_and_partials(x, 2.0)      # a parallel region in the parent
+pid = os.fork()
+if pid == 0:
+    child_total, child_gx = kernel.sum_and_partials(x, 2.0)
+    os._exit(0 if child_total == total and np.array_equal(child_gx, gx) else 3)
+_, status = os.waitpid(pid, 0)
+print("child exit", os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_child_forked_after_a_parallel_region_computes_on_one_thread(tmp_path):
+    """GNU OpenMP kills a forked child that starts a parallel region after its parent
+    did (multiprocessing forks by default on Linux); dualbcast's child runs alone."""
+    result = subprocess.run([sys.executable, "-c", _FORKED_CHILD, str(tmp_path)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "child exit 0" in result.stdout, result.stdout + result.stderr
 
 
 def test_an_error_in_a_worker_thread_reaches_the_caller(threads):
@@ -102,12 +167,20 @@ def test_settings_are_validated(name, value, error):
 
 
 def test_the_sum_rules_backward_scaling_splits_across_threads_exactly(threads):
+    """multiply_in_place gives np.multiply's bits: the product in NumPy's result dtype
+    (a Python float is weak: float32 stays float32), stored in the array's dtype."""
     from dualbcast.kernel.threads import multiply_in_place
     threads.parallel_threshold = 0
     for dtype in (np.float64, np.float32):
-        for count in (1, 2, 3):
-            threads.threads = count
-            a = np.random.default_rng(count).uniform(-1, 1, 3 * CHUNK_ELEMENTS + 5).astype(dtype)
-            want = a * np.float64(1.7)
-            multiply_in_place(a, np.float64(1.7))
-            np.testing.assert_array_equal(a, want.astype(dtype))
+        for factor in (np.float64(1.7), 1.7, np.float32(1.7), 3):
+            for count in (1, 2, 3):
+                threads.threads = count
+                rng = np.random.default_rng(count)
+                a = rng.uniform(-1, 1, 3 * CHUNK_ELEMENTS + 5).astype(dtype)
+                want = np.multiply(a, factor, out=a.copy())
+                multiply_in_place(a, factor)
+                np.testing.assert_array_equal(a, want)
+    b = np.arange(12.0).reshape(3, 4)[:, ::2]           # not contiguous: NumPy's own
+    want = b * 2.5
+    multiply_in_place(b, 2.5)
+    np.testing.assert_array_equal(b, want)

@@ -8,7 +8,9 @@
   empty and with a warm on-disk cache (import included), beside JAX's when installed;
 - ``Memory``: bytes allocated by ``value_and_grad`` of a sum-of-map over 10^7 elements,
   over the gradient's own size (tracemalloc), with and without ``out=``;
-- ``Threads``: EAM at 10^6 on two threads over one;
+- ``Threads``: EAM at 10^6 on two threads over one, and the EAM kernel's
+  sum-and-gradient loop on two threads over one by size (where
+  ``config.parallel_threshold`` belongs);
 - ``VectorMath``: ns per element of each vectorised function in a Numba loop, and the
   same loop calling libm.
 """
@@ -154,6 +156,7 @@ def _allocated_over_gradient(out):
     grad = np.empty_like(x) if out else None
     f = db.value_and_grad(lambda x: embed(rho.sum(x)), out=grad)
     f(x)
+    f(x)            # the loop compiled, then its parallel driver
     tracemalloc.start()
     try:
         f(x)
@@ -177,10 +180,10 @@ class Memory:
 class Threads:
     def setup(self):
         self.call = make_call("eam_1e6", "dualbcast")
-        self.saved = db.config.threads
+        self.saved = db.config.threads, db.config.parallel_threshold
 
     def teardown(self):
-        db.config.threads = self.saved
+        db.config.threads, db.config.parallel_threshold = self.saved
 
     def track_two_threads_over_one_eam_1e6(self):
         db.config.threads = 1
@@ -189,6 +192,35 @@ class Threads:
         return best_time(self.call) / one
 
     track_two_threads_over_one_eam_1e6.unit = "ratio"
+
+
+class ThreadsBySize:
+    """The kernel loop alone (rho.sum_and_partials into a buffer), split or not: the
+    size from which splitting pays is where ``config.parallel_threshold`` belongs."""
+    params = [8192, 16384, 32768, 131072]
+    param_names = ["n"]
+
+    def setup(self, n):
+        x = np.random.default_rng(0).uniform(-0.5, 1.0, n)
+        out = np.empty_like(x)
+        self.call = lambda: rho.sum_and_partials(x, out=out)
+        self.saved = db.config.threads, db.config.parallel_threshold
+        db.config.parallel_threshold = 0
+        for threads in (1, 2):          # compile both the loop and its parallel driver
+            db.config.threads = threads
+            self.call()
+            self.call()
+
+    def teardown(self, n):
+        db.config.threads, db.config.parallel_threshold = self.saved
+
+    def track_two_threads_over_one(self, n):
+        db.config.threads = 1
+        one = best_time(self.call)
+        db.config.threads = 2
+        return best_time(self.call) / one
+
+    track_two_threads_over_one.unit = "ratio"
 
 
 def _loop(fn):

@@ -85,6 +85,7 @@ def value_and_grad(f, argnums=0, *, out=None, replay=True):
     # number of arguments -> (positions of the differentiated ones, a bool per argument)
     positions_for = {}
     programs = Programs(f, Box) if replay else None
+    flat_replay = replay and out is None        # the short path of Programs.replay_flat
 
     @functools.wraps(f)
     def value_and_grad_f(*args, **kwargs):
@@ -94,6 +95,14 @@ def value_and_grad(f, argnums=0, *, out=None, replay=True):
             known = positions_for[len(args)] = (
                 positions, tuple(i in positions for i in range(len(args))))
         positions, differentiated = known
+        if flat_replay and not kwargs and getattr(_current, "tape", None) is None:
+            replayed = programs.replay_flat(args, differentiated, positions, _SEED_FOR)
+            if replayed is not None:
+                value, grads = replayed
+                handed_out = set()
+                results = [_gradient_like(args[i], grads[slot], handed_out)
+                           for slot, i in enumerate(positions)]
+                return value, (results[0] if single else tuple(results))
         call = programs.lookup(args, kwargs, differentiated) if programs is not None else None
         if call is not None and call.program is not None:
             answer = _run(f, args, kwargs, positions, out, single, call, replay=True)

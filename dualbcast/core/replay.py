@@ -36,7 +36,7 @@ import numpy as np
 
 from .pytree import flatten
 from .replay_code import generate
-from .tape import (accumulate, backward, ignore_float_errors, raise_float_errors,
+from .tape import (Tape, accumulate, backward, ignore_float_errors, raise_float_errors,
                    restore_float_errors)
 
 
@@ -216,9 +216,10 @@ class Program:
                         in {id(pair[1]): pair for pair in tape.copies}.values()]
         self.free = free            # f's free variables at the trace
 
-    def run(self, tape, arrays, box_type, read_free_variables):
-        """Fill ``tape`` (its input slots already there) and return the output, a box
-        or a constant; :class:`GuardFailed` when the program would differ."""
+    def check(self, arrays, read_free_variables):
+        """:class:`GuardFailed` unless what the signature cannot hold is as at the
+        trace: ``f``'s free variables, the argument arrays' and the watched constants'
+        contents."""
         free = read_free_variables()
         if len(free) != len(self.free) or any(a is not b for a, b in zip(free, self.free)):
             raise GuardFailed           # f names another object than at the trace
@@ -229,6 +230,11 @@ class Program:
             original = ref()
             if original is not None and not identical(original, kept):
                 raise GuardFailed       # a global array changed in place since the trace
+
+    def run(self, tape, arrays, box_type, read_free_variables):
+        """Fill ``tape`` (its input slots already there) and return the output, a box
+        or a constant; :class:`GuardFailed` when the program would differ."""
+        self.check(arrays, read_free_variables)
         values = tape.values
         if len(values) != self.leaves:
             raise GuardFailed
@@ -252,14 +258,17 @@ class Program:
         """The backward pass of a run: cotangents by slot."""
         if tape.residuals is None:      # an interpreted run: the tape has its records
             return backward(tape, seeds)
-        values = tape.values
+        return self.backward(tape.values, tape.residuals, seeds)
+
+    def backward(self, values, residuals, seeds):
+        """The generated backward pass, from the generated forward's ``residuals``."""
         grads = [None] * self.slots
         owned = bytearray(self.slots)
         for slot, seed in seeds:
             accumulate(grads, owned, values, slot, seed)
         errors = ignore_float_errors()
         try:
-            return self.generated[1](values, grads, owned, tape.residuals)
+            return self.generated[1](values, grads, owned, residuals)
         finally:
             restore_float_errors(errors)
 
@@ -391,6 +400,42 @@ class Programs:
                 del self.entries[next(iter(self.entries))]
             entry = self.entries[key] = _Entry()
         return Call(self, entry, arrays)
+
+
+    def replay_flat(self, args, differentiated, positions, seed_for):
+        """The common call on a short path: differentiated arguments that are arrays or
+        float scalars (no structure to flatten or rebuild), no keyword arguments, a
+        program already generated.  ``(value, cotangents by leaf)``, or None: the
+        caller takes the general path, which also deals with whatever failed here.
+        ``seed_for``: the output's type -> the backward pass's seed."""
+        try:
+            key, arrays = signature(args, None, differentiated)
+            entry = self.entries.get(key)
+        except (Unreplayable, TypeError):
+            return None
+        program = None if entry is None else entry.program
+        if program is None or program.generated is None or program.output[0] != "slot":
+            return None
+        values = [args[i] for i in positions]
+        for value in values:
+            if type(value) is not np.ndarray and type(value) not in _FLOAT_SCALARS:
+                return None
+        tape = Tape(single_use=True)
+        tape.values = values
+        errors = raise_float_errors()
+        try:
+            program.check(arrays, self.free_variables)
+            residuals = program.generated[0](tape, values)
+        except Exception:
+            return None
+        finally:
+            restore_float_errors(errors)
+        output = program.output[1]
+        seed = seed_for.get(type(values[output]))
+        if seed is None:
+            return None
+        entry.replays += 1
+        return values[output], program.backward(values, residuals, ((output, seed),))
 
 
 RECORD_FROM_CALL = 2     # the call with a signature whose trace is kept for replays

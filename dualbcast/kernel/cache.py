@@ -126,8 +126,8 @@ def _digest_value(digest, value, seen):
 
 
 def load_loop(source, namespace, kernel_dir, spec_name):
-    """The function ``loop`` defined by ``source`` in ``namespace``, from a real file
-    under ``config.cache_dir`` (None when caching is off or the directory is not
+    """The module of ``source`` (which defines ``loop``), with ``namespace`` as its
+    globals and a real file under ``config.cache_dir`` (None when caching is off or the directory is not
     writable: the caller then compiles without a cache)."""
     if config.cache_dir is None:
         return None
@@ -153,7 +153,7 @@ def load_loop(source, namespace, kernel_dir, spec_name):
         module.__dict__.update(namespace)
         module_spec.loader.exec_module(module)
         sys.modules[name] = module
-    return module.loop
+    return module
 
 
 def _holds(path, source):

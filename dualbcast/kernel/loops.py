@@ -17,8 +17,9 @@ Modes:
                     (an argument broadcast along some axes)
 
 Chunks: the outermost loop runs in chunks of ``rows`` iterations, and a loop call does
-the chunks ``lo <= c < hi``, so threads can share a call (each a range of chunks; the
-loops release the GIL).  A chunk's values (and register gradients) go to a ``scratch``
+the chunks ``lo <= c < hi``, so threads can share a call: ``parallel_loop``, compiled
+at the first call that splits, gives each of ``workers`` Numba threads a contiguous
+range of chunks and its own scratch row.  A chunk's values (and register gradients) go to a ``scratch``
 row of the calling thread and are added up by :func:`lane_sum` into ``totals`` (one row
 per chunk), which are added up exactly afterwards: a sum depends on the shape only,
 never on how many threads ran or on how LLVM compiled the loop.
@@ -134,7 +135,34 @@ def loop_source(spec):
     if spec.ndim >= 2:
         lines.append(indent + "k += _u(1)")
     lines += ["        " + t for t in chunk_tail]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _parallel_driver(params))
+
+
+def _parallel_driver(params):
+    """The source of ``parallel_loop``: the chunks of ``loop`` split between
+    ``workers`` Numba threads.  An exception inside a parallel region would be lost
+    (and a ``try`` there stops Numba from parallelising), so each worker runs
+    ``guarded_loop``, which reports one in ``failed``; the caller then runs the loop
+    again on one thread to raise it.  ``_loop``, ``_guarded``: the compiled functions."""
+    args = ", ".join(params)
+    operands = params[4:]
+    if operands[-1] == "scratch":
+        operands = operands[:-1] + ["scratch[t]"]      # each worker sums in its own row
+    return ["", "",
+            f"def guarded_loop({args}):",
+            "    try:",
+            f"        _loop({args})",
+            "    except Exception:",
+            "        return True",
+            "    return False",
+            "", "",
+            f"def parallel_loop(workers, failed, shape, nchunks, rows, "
+            f"{', '.join(params[4:])}):",
+            "    for t in _prange(workers):",
+            "        lo = nchunks * t // workers",
+            "        hi = nchunks * (t + 1) // workers",
+            f"        failed[t] = _guarded(shape, lo, hi, rows, {', '.join(operands)})",
+            "", ""]
 
 
 def compile_loop(spec, scalar_kernel, jit_options, cache_key=None):
@@ -150,20 +178,46 @@ def compile_loop(spec, scalar_kernel, jit_options, cache_key=None):
         "_partials": partials_of,
         "_sum": lane_sum,
         "_u": numba.uint64,
+        "_prange": numba.prange,
     }
-    loop = None
+    module = None
     if cache_key is not None:
         spec_name = f"{spec.mode}_{hashlib.sha256(repr(spec).encode()).hexdigest()[:16]}"
-        loop = load_loop(f"# dualbcast loop for {spec}\n" + source, namespace, cache_key,
-                         spec_name)
-    if loop is None:
+        module = load_loop(f"# dualbcast loop for {spec}\n" + source, namespace, cache_key,
+                           spec_name)
+    if module is None:
         exec(compile(source, f"<dualbcast loop {spec}>", "exec"), namespace)
-        loop = namespace["loop"]
+    else:
+        namespace = module.__dict__
+    loop = namespace["loop"]
     loop.__doc__ = source
-    compiled = numba.njit(**jit_options, nogil=True,
-                          cache=loop.__code__.co_filename.endswith(".py"))(loop)
+    cache = loop.__code__.co_filename.endswith(".py")
+    compiled = numba.njit(**jit_options, nogil=True, cache=cache)(loop)
+    namespace["_loop"] = compiled
     compiled.spec = spec
+    compiled.parallel = _Lazy(lambda: _compile_parallel(namespace, jit_options, cache))
     return compiled
+
+
+def _compile_parallel(namespace, jit_options, cache):
+    namespace["_guarded"] = numba.njit(**jit_options, nogil=True,
+                                       cache=cache)(namespace["guarded_loop"])
+    return numba.njit(**jit_options, parallel=True, nogil=True,
+                      cache=cache)(namespace["parallel_loop"])
+
+
+class _Lazy:
+    """A function made at its first call: the parallel driver is only compiled (about
+    a second) for a kernel that meets an array large enough to split."""
+    __slots__ = ("make", "function")
+
+    def __init__(self, make):
+        self.make, self.function = make, None
+
+    def __call__(self, *args):
+        if self.function is None:
+            self.function = self.make()
+        return self.function(*args)
 
 
 

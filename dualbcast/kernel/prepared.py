@@ -3,14 +3,12 @@ signature of the arguments (types, dtypes, shapes, strides), worked out on the f
 call with that signature and reused by every later one.  What is left per call is
 making the operands, allocating the outputs and one call into the compiled loop."""
 import math
-from functools import partial
-
 import numpy as np
 from numba.core.errors import NumbaError
 
 from ..config import config
 from .loops import ACCUMULATE, REGISTER, STORE
-from .threads import run_chunks
+from .threads import enter_parallel_region, leave_parallel_region
 
 CHUNK_ELEMENTS = 1 << 12     # elements per chunk of a loop (the unit threads share)
 
@@ -126,22 +124,21 @@ class PreparedCall:
         row ``(sum, register gradients...)`` added up over the chunks in order."""
         operands = self.plan.operands_for(args)
         sums = self.mode in ("sum", "sum_partials")
-        threads = config.threads if self.compiled and self.splittable \
+        workers = min(config.threads, self.nchunks) if self.compiled and self.splittable \
             and self.size >= config.parallel_threshold else 1
+        if workers > 1 and not enter_parallel_region():
+            workers = 1
+        scratch = ()    # sums: (the rows each thread adds a chunk's values up in,)
         if sums:
             totals = np.empty((self.nchunks, self.totals_width))
-            scratch = np.empty((max(1, min(threads, self.nchunks)), self.totals_width,
-                                self.chunk_size))
             outputs += (totals,)
+            scratch = (np.empty((workers, self.totals_width, self.chunk_size)),)
         try:
-            if threads > 1:
-                run_chunks(partial(self._chunks, operands + outputs,
-                                   scratch if sums else None), self.nchunks, threads)
-            elif sums:
-                self.loop(self.plan.loop_shape, 0, self.nchunks, self.rows, *operands,
-                          *outputs, scratch[0])
+            if workers > 1:
+                self._run_parallel(workers, operands, outputs, scratch)
             else:
-                self.loop(self.plan.loop_shape, 0, self.nchunks, self.rows, *operands, *outputs)
+                self.loop(self.plan.loop_shape, 0, self.nchunks, self.rows, *operands,
+                          *outputs, *_first_rows(scratch))
         except ZeroDivisionError as err:
             # Numba's float ** negative-int raises at 0 whatever the error model
             # (dual powers do not: they give inf like NumPy).  Say where it came from.
@@ -159,10 +156,25 @@ class PreparedCall:
             return [math.fsum(column) for column in totals.T.tolist()]
         return None
 
-    def _chunks(self, loop_args, scratch, worker, lo, hi):
-        if scratch is not None:
-            loop_args += (scratch[worker],)     # each thread sums in its own scratch
-        self.loop(self.plan.loop_shape, lo, hi, self.rows, *loop_args)
+    def _run_parallel(self, workers, operands, outputs, scratch):
+        """The loop split between ``workers`` Numba threads (each sums in its own row
+        of the scratch)."""
+        failed = np.zeros(workers, np.bool_)
+        try:
+            self.loop.parallel(workers, failed, self.plan.loop_shape, self.nchunks,
+                               self.rows, *operands, *outputs, *scratch)
+        finally:
+            leave_parallel_region()
+        if failed.any():
+            # The exception stayed in the worker's thread: one thread meets it again.
+            self.loop(self.plan.loop_shape, 0, self.nchunks, self.rows, *operands,
+                      *outputs, *_first_rows(scratch))
+            raise RuntimeError(f"@fast_broadcast kernel {self.kernel.__name__!r}: a thread "
+                               f"of the loop failed, but the loop on one thread did not")
+
+
+def _first_rows(scratch):
+    return tuple(rows[0] for rows in scratch)       # the scratch of one thread
 
 
 def _copied_into(target, gradient):

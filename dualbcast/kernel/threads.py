@@ -1,60 +1,66 @@
-"""Split a chunked loop call across threads (the loops release the GIL)."""
-import threading
-from concurrent.futures import ThreadPoolExecutor
+"""When a large loop may run on Numba's threads, and the backward pass's scaling.
 
+A loop call is split across threads by a ``parallel=True`` driver (see loops.py):
+Numba's threading layer starts a region in a few µs, where handing work to Python
+threads took 50-100 µs here.  Two limits of the layers are kept out of the user's way:
+
+- GNU OpenMP (Numba's ``omp`` layer) kills a forked child that starts a parallel
+  region once the parent has run one (``multiprocessing`` forks by default on Linux):
+  such a child runs everything on one thread.
+- the ``workqueue`` layer cannot run two regions at once: a call that finds another
+  thread of this process inside one runs on its own thread.
+
+Either way only the speed changes: results never depend on the number of threads.
+"""
+import os
+import threading
+
+import numba
 import numpy as np
 
 from ..config import config
 
-_lock = threading.Lock()
-_pool = None
+_region = threading.Lock()
+_first_region_pid = None        # the process that started a parallel region first
 
 
-def _workers(count):
-    global _pool
-    with _lock:
-        if _pool is None or _pool._max_workers < count:
-            _pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix="dualbcast")
-        return _pool
+def enter_parallel_region():
+    """Whether this call may start a parallel region now (then it must call
+    :func:`leave_parallel_region` after it)."""
+    global _first_region_pid
+    pid = os.getpid()
+    if _first_region_pid not in (None, pid):
+        return False                # a child forked after the parent used threads
+    if not _region.acquire(blocking=False):
+        return False
+    _first_region_pid = pid
+    return True
 
 
-def run_chunks(call, nchunks, threads):
-    """``call(worker, lo, hi)`` over the chunks ``0 <= c < nchunks``: on this thread
-    alone (worker 0), or on ``threads`` threads each taking a contiguous range of chunks
-    (this one included, as worker 0)."""
-    threads = min(threads, nchunks)
-    if threads <= 1:
-        call(0, 0, nchunks)
-        return
-    bounds = [nchunks * t // threads for t in range(threads + 1)]
-    pool = _workers(threads - 1)
-    futures = [pool.submit(call, t, bounds[t], bounds[t + 1]) for t in range(1, threads)]
-    error = None
-    try:
-        call(0, bounds[0], bounds[1])
-    except BaseException as err:        # wait for the others before raising
-        error = err
-    for future in futures:
-        try:
-            future.result()
-        except BaseException as err:
-            error = error or err
-    if error is not None:
-        raise error
+def leave_parallel_region():
+    _region.release()
 
 
 def multiply_in_place(array, factor):
-    """``array *= factor``, split across ``config.threads`` threads for a large
-    C-contiguous array (NumPy releases the GIL inside the multiplication)."""
-    threads = config.threads if array.size >= config.parallel_threshold \
-        and array.flags.c_contiguous else 1
-    if threads <= 1:
-        np.multiply(array, factor, out=array)
-        return
-    flat = array.reshape(-1)
-    bounds = [flat.size * t // threads for t in range(threads + 1)]
+    """``array *= factor`` with NumPy's result (the product in NumPy's result dtype,
+    stored in ``array``'s), on ``config.threads`` threads for a large contiguous
+    float array."""
+    if array.size >= config.parallel_threshold and config.threads > 1 \
+            and array.dtype in _FLOATS and array.flags.c_contiguous:
+        factor = np.result_type(array, factor).type(factor)
+        if enter_parallel_region():
+            try:
+                _scale(array.reshape(-1), factor)
+            finally:
+                leave_parallel_region()
+            return
+    np.multiply(array, factor, out=array)
 
-    def part(worker, lo, hi):
-        piece = flat[bounds[lo]:bounds[hi]]
-        np.multiply(piece, factor, out=piece)
-    run_chunks(part, threads, threads)
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def _scale(flat, factor):
+    for i in numba.prange(flat.size):
+        flat[i] *= factor
