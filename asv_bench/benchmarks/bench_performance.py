@@ -4,6 +4,8 @@
   64-term fold minus a 16-term fold, per extra term), traced every call ("eager") and
   replayed;
 - ``Replay``: a replayed gradient's time over the same program traced every call;
+- ``Fused``: a replay fused into one Numba function over the same replay as
+  generated Python;
 - ``FirstGradient``: seconds to the first EAM gradient in a fresh process, with an
   empty and with a warm on-disk cache (import included), beside JAX's when installed;
 - ``Memory``: bytes allocated by ``value_and_grad`` of a sum-of-map over 10^7 elements,
@@ -26,6 +28,7 @@ import numba
 import numpy as np
 
 import dualbcast as db
+from dualbcast.core.replay import Program
 from dualbcast.vmath import explog, trig
 
 from .bench_kernels import best_time
@@ -68,6 +71,27 @@ class Replay:
         return best_time(self.replayed) / best_time(self.eager)
 
     track_replayed_over_eager.unit = "ratio"
+
+
+class Fused:
+    """A replay fused into one Numba function (kernel sums and scalar code) over the
+    same program replayed as generated Python (fusion turned off)."""
+    params = ["eam_1e2", "poly9_one_live_1e3"]
+    param_names = ["case"]
+
+    def setup(self, case):
+        self.fused = make_call(case, "dualbcast")
+        self.saved = Program.FUSE_AFTER
+        Program.FUSE_AFTER = 10 ** 9        # (make_call warms up 10^4 calls at most)
+        self.generated = make_call(case, "dualbcast")
+
+    def teardown(self, case):
+        Program.FUSE_AFTER = self.saved
+
+    def track_fused_over_generated(self, case):
+        return best_time(self.fused) / best_time(self.generated)
+
+    track_fused_over_generated.unit = "ratio"
 
 
 FIRST_GRADIENT = """

@@ -193,9 +193,12 @@ class Program:
 
     GENERATE_AFTER = 64
     GENERATE_UP_TO = 2000       # records: Python's compile time grows faster than that
+    # Replays (on the short path) after which a program that can be is fused into one
+    # Numba function (dualbcast.rules.fused): compiling costs about a second.
+    FUSE_AFTER = 256
 
     __slots__ = ("steps", "guards", "generated", "runs", "output", "arrays", "watched",
-                 "leaves", "free", "slots")
+                 "leaves", "free", "slots", "fusion", "short_runs")
 
     def __init__(self, tape, output, box_type, arrays, free):
         """``arrays``: copies of the non-differentiated argument arrays as the trace
@@ -207,6 +210,8 @@ class Program:
         self.steps = _steps(tape.records, self.guards)
         self.generated = None       # (forward, backward) once generated
         self.runs = 0
+        self.fusion = None          # the program as one Numba function, if it can be
+        self.short_runs = 0
         self.arrays = arrays
         # (reference to a constant, the copy the tape kept): weak for an array (a
         # temporary of the trace costs nothing), strong for a list.  The copy stays
@@ -251,6 +256,9 @@ class Program:
                 output = self.output[1] if self.output[0] == "slot" else None
                 self.generated = generate(tape.records, self.guards, self.leaves, output,
                                           Rerun)
+                if plan_fusion is not None:
+                    self.fusion = plan_fusion(tape.records, values, self.leaves, output,
+                                              self.guards)
         kind, output = self.output
         return output if kind == "constant" else box_type(values[output], output, tape)
 
@@ -420,11 +428,19 @@ class Programs:
         for value in values:
             if type(value) is not np.ndarray and type(value) not in _FLOAT_SCALARS:
                 return None
+        try:
+            program.check(arrays, self.free_variables)
+        except Exception:
+            return None
+        if program.fusion is not None:
+            fused = _run_fused(program, values)
+            if fused is not None:
+                entry.replays += 1
+                return fused
         tape = Tape(single_use=True)
         tape.values = values
         errors = raise_float_errors()
         try:
-            program.check(arrays, self.free_variables)
             residuals = program.generated[0](tape, values)
         except Exception:
             return None
@@ -437,6 +453,29 @@ class Programs:
         entry.replays += 1
         return values[output], program.backward(values, residuals, ((output, seed),))
 
+
+def _run_fused(program, values):
+    """The fused program's ``(value, cotangents by leaf)``, or None: not compiled yet,
+    or it handed the call back (a non-finite value, an error: the replay will meet it)."""
+    fusion = program.fusion
+    if fusion.function is None:
+        program.short_runs += 1
+        if program.short_runs < program.FUSE_AFTER:
+            return None
+        try:
+            fusion.compile()
+        except Exception:               # not a user's error: the replay does without
+            program.fusion = None
+            return None
+    try:
+        return fusion(values)
+    except Exception:
+        return None
+
+
+# Set by dualbcast.rules.fused: (records, values, leaves, output, guards) -> a fusion
+# of the program into one Numba function, or None.
+plan_fusion = None
 
 RECORD_FROM_CALL = 2     # the call with a signature whose trace is kept for replays
 

@@ -1,0 +1,332 @@
+"""A replayed program compiled whole: kernel sums and the scalar code around them as
+one Numba function.
+
+A small gradient such as the EAM energy at 10^2 elements, ``p = rho.sum(x); p ** 2 +
+p ** 3 + p ** 4 / 4``, is mostly Python: even replayed as generated code
+(:mod:`dualbcast.core.replay_code`) it is twenty calls — the kernel's prepared call,
+six scalar operations and their vjps, the gradient's scaling — around a loop of well
+under a microsecond.  A program made only of
+
+- kernel sums ``k.sum(...)`` whose arguments are the differentiated arguments or
+  constants, over one chunk (up to 4096 elements: larger loops dwarf the Python), every
+  gradient float64 and either stored whole (an array argument) or summed in a register
+  (a scalar argument), each array argument differentiated by one sum only;
+- scalar ``x + y``, ``x - y``, ``x * y`` and ``x ** c`` (``c`` a constant) on float64;
+- no guards (no control flow on traced values), a float64 scalar output,
+
+is written out as one function: each sum's loop (the kernel's own compiled loop), the
+scalar forward pass, and the backward pass with every cotangent in a local variable.
+Python is left with the operands, four ``np.empty`` and one call (~2 µs).
+
+Exactly the replay's bits: the same IEEE operations in the same order (no fast-math);
+``x ** c`` calls the C library's ``pow`` as NumPy does (LLVM would turn ``x ** 2.0``
+into ``x * x``, which rounds differently for about 0.1% of inputs).  NumPy warns
+about an overflow or an invalid operation in scalar code, so any non-finite scalar, or
+a non-finite element of a scaled gradient, hands the call back to the generated
+replay, which meets the warning as a trace would.
+
+Compiling costs about a second, so a program is fused only after
+:attr:`Program.FUSE_AFTER <dualbcast.core.replay.Program>` replays, and the function is
+cached on disk next to the kernels' loops (its file is named by a hash of its source,
+which names the loops' files, which are named by the kernels' fingerprints).
+"""
+import hashlib
+import math
+import operator
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ..core import replay
+from ..kernel.cache import load_loop
+from ..kernel.loops import REGISTER, STORE
+from ..kernel.prepared import PreparedCall
+from .fast import _SumRule
+
+_FLOAT64 = np.dtype(np.float64)
+_SCALARS = (float, np.float64)
+_CONSTANTS = (float, int, np.float64)
+_OPERATORS = {operator.add: "+", operator.sub: "-", operator.mul: "*"}
+
+
+@intrinsic
+def _libm_pow(typingctx, x, y):
+    """The C library's ``pow``, as NumPy's scalar power calls it; declared
+    ``nobuiltin`` so that LLVM keeps the call (it would rewrite pow(x, 2.0) as x * x)."""
+    def codegen(context, builder, signature, args):
+        double = ir.DoubleType()
+        pow_ = cgutils.get_or_insert_function(builder.module,
+                                              ir.FunctionType(double, [double, double]), "pow")
+        pow_.attributes.add("nobuiltin")
+        return builder.call(pow_, args)
+    return types.float64(types.float64, types.float64), codegen
+
+
+def plan_fusion(records, values, leaves, output, guards):
+    """A :class:`Fusion` of the program (its records as one run made them, with that
+    run's ``values``), or None if it is not of the kind described above."""
+    if guards or output is None or type(values[output]) not in _SCALARS:
+        return None
+    try:
+        return _Writer(records, values, leaves, output).fusion()
+    except _NotFusable:
+        return None
+
+
+class _NotFusable(Exception):
+    pass
+
+
+def _require(condition):
+    if not condition:
+        raise _NotFusable
+
+
+class _Writer:
+    """Writes the fused function's source, record by record."""
+
+    def __init__(self, records, values, leaves, output):
+        self.values, self.leaves, self.output = values, leaves, output
+        self.namespace = {"_pow": _libm_pow, "_finite": math.isfinite}
+        self.params = []                # the fused function's parameters
+        self.forward, self.backward = [], []
+        self.kernels = []               # per kernel sum: (inputs, prepared, register count)
+        self.array_gradients = {}       # array leaf slot -> STORE buffer parameter
+        for leaf in range(leaves):
+            value = values[leaf]
+            if type(value) is np.ndarray:
+                _require(value.dtype == _FLOAT64)
+            else:
+                _require(type(value) in _SCALARS)
+                self.params.append(f"v{leaf}")
+        for k, record in enumerate(records):
+            if len(record) == 7:
+                self._linear(record)
+            else:
+                self._kernel_sum(k, record)
+
+    def fusion(self):
+        failed = "(False, 0.0" + ", False, 0.0" * self.leaves + ")"
+        lines = [f"def fused({', '.join(self.params)}):"]
+        for line in self.forward:
+            lines.append("    " + line.replace("FAILED", failed))
+        # Cotangents: g<slot> and whether one reached the slot yet, h<slot> (a slot no
+        # cotangent reaches gets None in the replay: here zeros).
+        scalar_slots = [slot for slot in range(len(self.values))
+                        if type(self.values[slot]) is not np.ndarray]
+        lines += [f"    g{slot} = 0.0; h{slot} = False" for slot in scalar_slots]
+        lines.append(f"    g{self.output} = 1.0; h{self.output} = True")
+        lines += ["    a{0} = False".format(slot) for slot in self.array_gradients]
+        for line in reversed(self.backward):        # record by record, last first
+            for text in line:
+                lines.append("    " + text.replace("FAILED", failed))
+        result = [f"v{self.output}"]
+        for leaf in range(self.leaves):
+            if leaf in self.array_gradients:
+                result.append(f"a{leaf}, 0.0")
+            elif type(self.values[leaf]) is np.ndarray:
+                result.append("False, 0.0")        # an array nothing differentiated
+            else:
+                result.append(f"h{leaf}, g{leaf}")
+        lines.append(f"    return (True, {', '.join(result)})")
+        scalar_leaves = [leaf for leaf in range(self.leaves)
+                         if type(self.values[leaf]) is not np.ndarray]
+        return Fusion("\n".join(lines) + "\n", self.namespace, self.kernels, self.leaves,
+                      scalar_leaves, self.array_gradients, type(self.values[self.output]))
+
+    # ------------------------------------------------------------------ records
+
+    def _operand(self, k, i, value, traced):
+        if i in traced:
+            _require(type(self.values[traced[i]]) in _SCALARS)
+            return f"v{traced[i]}"
+        _require(type(value) in _CONSTANTS and (type(value) is not int or abs(value) < 2 ** 53))
+        name = f"c{k}_{i}"
+        self.namespace[name] = float(value)
+        return name
+
+    def _linear(self, record):
+        out, parents, _, op, saved, _, argnums = record
+        _require(type(self.values[out]) in _SCALARS)
+        traced = dict(zip(argnums, parents))
+        a, b = (self._operand(out, i, value, traced) for i, value in enumerate(saved))
+        if op is operator.pow:
+            _require(argnums == (0,))                 # x ** c, c a constant
+            exponent = float(saved[1])
+            self.forward.append(f"v{out} = _pow({a}, {b})")
+            partials = ["0.0" if exponent == 0 else f"{b} * _pow({a}, {b} - 1.0)"]
+        else:
+            _require(op in _OPERATORS)
+            self.forward.append(f"v{out} = {a} {_OPERATORS[op]} {b}")
+            partials = {operator.add: ["1.0", "1.0"], operator.sub: ["1.0", "-1.0"],
+                        operator.mul: [b, a]}[op]
+            partials = [partials[i] for i in argnums]
+        self.forward.append(f"if not _finite(v{out}): return FAILED")
+        names = []
+        for j, partial in enumerate(partials):
+            names.append(f"q{out}_{j}")
+            self.forward += [f"{names[-1]} = {partial}",
+                             f"if not _finite({names[-1]}): return FAILED"]
+        # x + y, x - y, x * y, x ** c: the cotangent times the local partial, skipped for
+        # a zero cotangent (NaN-safe), added into the parent's.
+        lines = [f"if h{out} and g{out} != 0.0:"]
+        for slot, name in zip(parents, names):
+            lines += [f"    ct = g{out} * {name}"] + ["    " + line for line in _add_scalar(slot)]
+        self.backward.append(lines)
+
+    def _kernel_sum(self, k, record):
+        out, parents, argnums, _, _, saved, kwargs, rule, others = record
+        _require(type(rule) is _SumRule and not kwargs and not others)
+        prepared = rule.prepared
+        _require(type(prepared) is PreparedCall and prepared.compiled
+                 and prepared.nchunks == 1 and prepared.plan.dtype == _FLOAT64)
+        traced = dict(zip(argnums, parents))
+        inputs = []                     # per argument: a leaf slot, or a constant
+        for i, value in enumerate(saved):
+            if i in traced:
+                _require(traced[i] < self.leaves)     # kernels of the arguments only
+                inputs.append(traced[i])
+            else:
+                inputs.append(_Constant(value))
+        operands = [f"o{k}_{m}" for m in range(len(saved))]
+        buffers, registers = [], []
+        for (slot, i), (kind, _, dtype, is_array) in zip(zip(parents, argnums),
+                                                         prepared.gradients):
+            _require(dtype == _FLOAT64)
+            if kind == STORE and is_array:
+                _require(slot not in self.array_gradients)   # one gradient per array
+                buffers.append(f"b{k}_{len(buffers)}")
+                self.array_gradients[slot] = buffers[-1]
+            else:
+                _require(kind == REGISTER and not is_array)
+                registers.append(slot)
+        self.params += operands + buffers
+        self.kernels.append((inputs, prepared, _stored_shapes(prepared)))
+        self.namespace.update({f"_loop{k}": prepared.loop, f"_shape{k}": prepared.plan.loop_shape,
+                               f"_rows{k}": prepared.rows, "_empty": np.empty})
+        width = prepared.totals_width
+        self.forward += [f"t{k} = _empty((1, {width}))",
+                         f"r{k} = _empty(({width}, {prepared.chunk_size}))",
+                         f"_loop{k}(_shape{k}, 0, 1, _rows{k}, "
+                         f"{', '.join(operands + buffers)}, t{k}, r{k})",
+                         f"v{out} = t{k}[0, 0]",
+                         f"if not _finite(v{out}): return FAILED"]
+        # The sum rule's vjp: a zero cotangent gives zeros, one leaves the gradient as
+        # it is, another scales it (a register gradient: times the cotangent).
+        lines = [f"if h{out}:"]
+        column = 0
+        for slot in parents:
+            if slot in registers:
+                column += 1
+                lines += [f"    ct = 0.0 if g{out} == 0.0 else t{k}[0, {column}] * g{out}"]
+                lines += ["    " + line for line in _add_scalar(slot)]
+            else:
+                buffer = self.array_gradients[slot]
+                lines += [f"    if g{out} == 0.0:",
+                          f"        {buffer}[:] = 0.0",
+                          f"    elif g{out} != 1.0:",
+                          f"        check = 0.0",
+                          f"        for i in range({buffer}.size):",
+                          f"            scaled = {buffer}[i] * g{out}",
+                          f"            {buffer}[i] = scaled",
+                          "            check += scaled * 0.0      # nan once one is not finite",
+                          "        if check != 0.0:",
+                          "            return FAILED",
+                          f"    a{slot} = True"]
+        self.backward.append(lines)
+
+
+def _add_scalar(slot):
+    """Source adding ``ct`` into the cotangent of scalar ``slot`` (the first one is
+    kept as it is: None + ct is ct, where 0.0 + -0.0 would not be -0.0)."""
+    return ["if not _finite(ct): return FAILED",
+            f"if h{slot}:",
+            f"    g{slot} = g{slot} + ct",
+            f"    if not _finite(g{slot}): return FAILED",
+            "else:",
+            f"    g{slot} = ct; h{slot} = True"]
+
+
+class _Constant:
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+class Fusion:
+    """A fused program: ``fusion(values)`` gives ``(value, cotangents by leaf)`` (None
+    where no cotangent reached a leaf), or None when the replay must run instead."""
+
+    def __init__(self, source, namespace, kernels, leaves, scalar_leaves, array_gradients,
+                 output_type):
+        self.source, self.namespace, self.kernels = source, namespace, kernels
+        self.leaves, self.array_gradients = leaves, array_gradients
+        self.output_type = output_type
+        self.function = None
+        self.scalar_leaves = scalar_leaves     # the function's first parameters
+        # per leaf: the index of its gradient among the kernels' stored ones, or None
+        order = list(array_gradients)
+        self.array_of_leaf = [order.index(leaf) if leaf in array_gradients else None
+                              for leaf in range(leaves)]
+
+    def compile(self):
+        """Compile (or load from the disk cache) the fused function."""
+        # The loops' own file names (their kernels' fingerprints) make the source, and
+        # so the cached file's name, change whenever a loop does.
+        # The source's name (the file's) must change with anything it is compiled
+        # from: the loops' files (named by their kernels' fingerprints), and the
+        # constants, shapes and row counts bound in its namespace (listed on top).
+        loops = "".join(f"# _loop{k}: {prepared.loop.py_func.__code__.co_filename}\n"
+                        for k, (_, prepared, _) in enumerate(self.kernels))
+        constants = "".join(f"# {name} = {_exact(value)}\n"
+                            for name, value in sorted(self.namespace.items())
+                            if type(value) in (float, int, tuple))
+        source = "# dualbcast: a fused replay\n" + loops + constants + self.source
+        name = hashlib.sha256(source.encode()).hexdigest()[:24]
+        module = load_loop(source, self.namespace, "fused", name)
+        if module is None:
+            exec(compile(source, "<dualbcast fused replay>", "exec"), self.namespace)
+            python_function, cache = self.namespace["fused"], False
+        else:
+            python_function, cache = module.fused, True
+        self.function = numba.njit(error_model="numpy", cache=cache)(python_function)
+
+    def __call__(self, values):
+        args = [float(values[leaf]) for leaf in self.scalar_leaves]
+        gradient_arrays = []
+        for inputs, prepared, shapes in self.kernels:
+            kernel_args = [item.value if type(item) is _Constant else values[item]
+                           for item in inputs]
+            args += prepared.plan.operands_for(kernel_args)
+            for shape in shapes:
+                gradient_arrays.append(np.empty(shape))
+                args.append(gradient_arrays[-1].reshape(-1))
+        ok, value, *cotangents = self.function(*args)
+        if not ok:
+            return None
+        grads = []
+        for leaf, array in enumerate(self.array_of_leaf):
+            if not cotangents[2 * leaf]:
+                grads.append(None)              # no cotangent reached the leaf
+            elif array is not None:
+                grads.append(gradient_arrays[array])
+            else:
+                grads.append(np.float64(cotangents[2 * leaf + 1]))
+        return self.output_type(value), grads
+
+
+def _exact(value):
+    return value.hex() if type(value) is float else repr(value)
+
+
+def _stored_shapes(prepared):
+    return tuple(shape for kind, shape, _, is_array in prepared.gradients
+                 if kind == STORE and is_array)
+
+
+replay.plan_fusion = plan_fusion

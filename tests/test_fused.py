@@ -1,0 +1,237 @@
+"""Fused replays (dualbcast/rules/fused.py): a program of kernel sums and scalar
+arithmetic compiled into one Numba function gives the bits a trace gives — value,
+gradients, their types — on every call, and hands back to the replay whatever it does
+not cover (non-finite values, errors, guards, large or float32 loops)."""
+import math
+import warnings
+
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+
+import dualbcast as db
+from dualbcast.core import replay
+
+RNG = np.random.default_rng(11)
+
+
+@pytest.fixture(autouse=True)
+def fuse_at_once(monkeypatch):
+    """Record at the first call, generate at the first replay, fuse at the next."""
+    monkeypatch.setattr(replay, "RECORD_FROM_CALL", 1)
+    monkeypatch.setattr(replay.Program, "GENERATE_AFTER", 1)
+    monkeypatch.setattr(replay.Program, "FUSE_AFTER", 1)
+
+
+@pytest.fixture
+def fused_runs(monkeypatch):
+    """How many calls the fused functions answered."""
+    count = []
+    real = replay._run_fused
+
+    def counted(program, values):
+        result = real(program, values)
+        if result is not None:
+            count.append(1)
+        return result
+    monkeypatch.setattr(replay, "_run_fused", counted)
+    return count
+
+
+@db.fast_broadcast
+def rho(r):
+    return math.exp(-3.0 * (r + 1.0))
+
+
+@db.fast_broadcast
+def scaled_wave(x, a, b):
+    return a * math.sin(b * x)
+
+
+@db.fast_broadcast
+def inverse_square(x):
+    return x ** -2
+
+
+def _program(vg):
+    programs = next(cell.cell_contents for cell in vg.__closure__
+                    if isinstance(cell.cell_contents, replay.Programs))
+    [entry] = programs.entries.values()
+    return entry.program
+
+
+def _same(got, want):
+    """Same type, dtype, shape and bits (nested tuples of arrays and scalars)."""
+    assert type(got) is type(want), (type(got), type(want))
+    if isinstance(want, tuple):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            _same(g, w)
+    elif isinstance(want, np.ndarray):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes()
+    else:
+        assert np.array(got).tobytes() == np.array(want).tobytes(), (got, want)
+
+
+def _agree(f, argsets, argnums=0):
+    """Replayed (fused after the second call) against traced on every call."""
+    vg = db.value_and_grad(f, argnums)
+    traced = db.value_and_grad(f, argnums, replay=False)
+    for args in argsets:
+        _same(vg(*args), traced(*args))
+    return vg
+
+
+def embed(p):
+    return p ** 2 + p ** 3 + 0.25 * p ** 4
+
+
+def test_the_eam_energy_is_fused_and_gives_the_traced_bits(fused_runs):
+    argsets = [(RNG.uniform(-0.5, 1.0, 100),) for _ in range(6)]
+    vg = _agree(lambda x: embed(rho.sum(x)), argsets)
+    assert _program(vg).fusion.function is not None
+    assert len(fused_runs) == 4             # calls 3 to 6
+    # and against an independent oracle
+    x = argsets[0][0]
+    want = autograd.value_and_grad(lambda x: embed(anp.sum(anp.exp(-3.0 * (x + 1.0)))))(x)
+    value, gradient = vg(x)
+    np.testing.assert_allclose(value, want[0], rtol=1e-13)
+    np.testing.assert_allclose(gradient, want[1], rtol=1e-13)
+
+
+def test_scalar_arguments_register_gradients_and_every_scalar_operator(fused_runs):
+    def f(x, a, b):
+        s = scaled_wave.sum(x, a, b)
+        t = rho.sum(x)
+        return (s * t - 2.0 * s + t ** 3 - 1.5 ** 2 * a + (b - s) * (s + 0.5) + s ** 0
+                + 3.0 - t + (s ** -1.5 if s > 0 else 0.0) * 0.0)
+
+    # the comparison s > 0 is a guard: programs with guards are not fused
+    vg = _agree(f, [(RNG.uniform(0, 1, 64), RNG.uniform(0.5, 1.5), 0.75) for _ in range(4)],
+                argnums=(0, 1, 2))
+    assert _program(vg).fusion is None and fused_runs == []
+
+    def g(x, y, a, b):
+        s = scaled_wave.sum(x, a, b)
+        t = rho.sum(y)
+        return s * t - 2.0 * s + t ** 3 - 1.5 ** 2 * a + (b - s) * (s + 0.5) + s ** 0 + 3.0 - t
+
+    argsets = [(RNG.uniform(0, 1, 64), RNG.uniform(0, 1, (3, 5)), RNG.uniform(0.5, 1.5),
+                np.float64(0.75)) for _ in range(5)]
+    vg = _agree(g, argsets, argnums=(0, 1, 2, 3))
+    assert len(fused_runs) == 3
+    for argnum in range(4):                 # and against autograd
+        oracle = autograd.grad(_g_autograd, argnum)(*argsets[0])
+        np.testing.assert_allclose(vg(*argsets[0])[1][argnum], oracle, rtol=1e-11)
+
+
+def _g_autograd(x, y, a, b):
+    s = anp.sum(a * anp.sin(b * x))
+    t = anp.sum(anp.exp(-3.0 * (y + 1.0)))
+    return s * t - 2.0 * s + t ** 3 - 1.5 ** 2 * a + (b - s) * (s + 0.5) + s ** 0 + 3.0 - t
+
+
+def test_gradient_types_follow_the_arguments(fused_runs):
+    """A Python float's gradient is a float, a NumPy float's a NumPy float."""
+    def f(x, a):
+        return rho.sum(x) * a + a * a
+    vg = _agree(f, [(RNG.uniform(0, 1, 10), 1.25) for _ in range(4)], argnums=(0, 1))
+    assert type(vg(np.ones(10), 2.0)[1][1]) is float
+    assert len(fused_runs) == 3
+
+
+def test_leaves_no_cotangent_reaches_get_zeros(fused_runs):
+    def f(x, y, a):
+        return 0.0 * rho.sum(x) + a * 2.0       # y unused; x's cotangent is 0
+    argsets = [(RNG.uniform(0, 1, 8), RNG.uniform(0, 1, 8), 0.5) for _ in range(4)]
+    vg = _agree(f, argsets, argnums=(0, 1, 2))
+    _, (gx, gy, ga) = vg(*argsets[0])
+    assert not gx.any() and not gy.any() and ga == 2.0
+    assert len(fused_runs) == 3
+
+
+def test_each_call_gets_fresh_gradient_arrays(fused_runs):
+    vg = db.value_and_grad(lambda x: embed(rho.sum(x)))
+    x = RNG.uniform(0, 1, 30)
+    gradients = [vg(x)[1] for _ in range(5)]
+    assert len(fused_runs) == 3
+    assert len({id(g) for g in gradients}) == 5
+    for g in gradients[1:]:
+        np.testing.assert_array_equal(g, gradients[0])
+
+
+def test_an_overflow_hands_the_call_back_and_warns_like_a_trace(fused_runs):
+    def f(x):
+        p = rho.sum(x)
+        return p ** 300.0
+    vg = db.value_and_grad(f)
+    small = np.full(4, 0.1)
+    for _ in range(3):
+        vg(small)
+    assert len(fused_runs) == 1
+    large = np.full(4, -1.6)                # p = 24.2, p ** 300 overflows: NumPy warns
+    with pytest.warns(RuntimeWarning, match="overflow"):
+        value, gradient = vg(large)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _same((value, gradient), db.value_and_grad(f, replay=False)(large))
+    assert len(fused_runs) == 1
+
+
+def test_an_infinite_sum_hands_the_call_back(fused_runs):
+    """(The dual power gives inf at 0, as NumPy does; a non-finite sum is left to the
+    replay, which gives what a trace gives.)"""
+    f = lambda x: inverse_square.sum(x) * 2.0       # noqa: E731
+    vg = db.value_and_grad(f)
+    x = np.linspace(1, 2, 5)
+    for _ in range(3):
+        vg(x)
+    assert len(fused_runs) == 1
+    x[2] = 0.0
+    _same(vg(x), db.value_and_grad(f, replay=False)(x))
+    assert len(fused_runs) == 1
+
+
+def test_a_constant_array_changed_in_place_is_seen(fused_runs):
+    weights = np.linspace(0.5, 1.5, 16)
+
+    def f(x):
+        return scaled_wave.sum(x, weights, 2.0) * 3.0
+    x = RNG.uniform(0, 1, 16)
+    vg = _agree(f, [(x,)] * 3)
+    weights[3] = 7.0                        # the next call traces again
+    _same(vg(x), db.value_and_grad(f, replay=False)(x))
+    np.testing.assert_allclose(vg(x)[1], 3.0 * weights * 2.0 * np.cos(2.0 * x), rtol=1e-13)
+
+
+@pytest.mark.parametrize("make, why", [
+    (lambda: (np.ones(5000), lambda x: embed(rho.sum(x))), "two chunks"),
+    (lambda: (np.ones(50, np.float32), lambda x: embed(rho.sum(x))), "float32"),
+    (lambda: (np.ones(50), lambda x: embed(rho.sum(x * 2.0))), "a kernel of a computed array"),
+    (lambda: (np.ones(50), lambda x: np.sum(x) * rho.sum(x)), "a NumPy reduction"),
+    (lambda: (np.ones(50), lambda x: -rho.sum(x) / 2.0), "negation and division"),
+    (lambda: (np.ones(50), lambda x: rho.sum(x) + rho.sum(x)), "an array differentiated twice"),
+])
+def test_other_programs_are_not_fused_and_still_right(make, why, fused_runs):
+    x, f = make()
+    vg = _agree(f, [(x,)] * 4)
+    assert _program(vg).fusion is None, why
+    assert fused_runs == []
+
+
+def test_fused_results_match_central_differences():
+    def f(x, c):
+        p = scaled_wave.sum(x, 1.3, c)
+        return p * p - 0.5 * p ** 3 + c * p
+    x, c = RNG.uniform(0, 1, 7), 0.9
+    vg = db.value_and_grad(f, argnums=(0, 1))
+    for _ in range(3):
+        _, (gx, gc) = vg(x, c)
+    h = 1e-6
+    for i in range(x.size):
+        e = np.zeros_like(x)
+        e[i] = h
+        np.testing.assert_allclose(gx[i], (f(x + e, c) - f(x - e, c)) / (2 * h), rtol=1e-6)
+    np.testing.assert_allclose(gc, (f(x, c + h) - f(x, c - h)) / (2 * h), rtol=1e-6)
