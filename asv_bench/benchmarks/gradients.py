@@ -284,14 +284,18 @@ CASES = {
 
 def make_call(case, system):
     """A zero-argument callable computing the case's value and gradient with
-    ``system``, warmed up: compiled, and for dualbcast replayed until its program is
-    generated and, where it can be, fused (compiled or loaded from the disk cache).
-    ``NotImplementedError`` when unavailable."""
+    ``system``, warmed up (:func:`warmed_up`).  ``NotImplementedError`` when
+    unavailable."""
     build, n = CASES[case]
-    call = build(system, n)
-    warm_up = 1
+    return warmed_up(build(system, n), system)
+
+
+def warmed_up(call, system):
+    """``call`` called until it runs as it will from then on: compiled, and for
+    dualbcast replayed until its program is generated and, where it can be, fused."""
+    calls = 1
     if system == "dualbcast":
-        warm_up = 2 + Program.GENERATE_AFTER + min(Program.FUSE_AFTER, 10 ** 4)
-    for _ in range(warm_up):
+        calls = 2 + Program.GENERATE_AFTER + min(Program.FUSE_AFTER, 10 ** 4)
+    for _ in range(calls):
         call()
     return call

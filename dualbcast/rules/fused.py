@@ -94,7 +94,7 @@ class _Writer:
         self.namespace = {"_pow": _libm_pow, "_finite": math.isfinite}
         self.params = []                # the fused function's parameters
         self.forward, self.backward = [], []
-        self.kernels = []               # per kernel sum: (inputs, prepared, register count)
+        self.kernels = []               # per kernel sum: (inputs, prepared, stored shapes)
         self.array_gradients = {}       # array leaf slot -> STORE buffer parameter
         for leaf in range(leaves):
             value = values[leaf]
@@ -120,7 +120,7 @@ class _Writer:
                         if type(self.values[slot]) is not np.ndarray]
         lines += [f"    g{slot} = 0.0; h{slot} = False" for slot in scalar_slots]
         lines.append(f"    g{self.output} = 1.0; h{self.output} = True")
-        lines += ["    a{0} = False".format(slot) for slot in self.array_gradients]
+        lines += [f"    a{slot} = False" for slot in self.array_gradients]
         for line in reversed(self.backward):        # record by record, last first
             for text in line:
                 lines.append("    " + text.replace("FAILED", failed))
