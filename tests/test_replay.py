@@ -646,3 +646,41 @@ def test_a_long_program_is_not_generated(monkeypatch):
                 if type(c.cell_contents) is replay.Programs][0]
     (entry,) = programs.entries.values()
     assert entry.program.generated is None and entry.replays >= 2
+
+
+def test_argnums_out_of_order_with_structured_arguments():
+    """The short path's leaves follow argnums' order, as a trace's do (every leaf
+    alike, so a mix-up could only show in the values); gradients keep each
+    argument's structure."""
+    def f(a, b, c):
+        return (np.sum(a * 2.0) + np.sum(3.0 * b[0] * b[1]["w"][0]) + np.sum(c ** 2)
+                + np.sum(c * b[0]))
+
+    def calls():
+        for k in range(5):
+            yield (np.ones(3) * k, (np.arange(3.0) - k, {"w": [np.full(3, 2.5 + k)]}),
+                   np.arange(3.0) + k)
+    replaying = db.value_and_grad(f, argnums=(2, 0, 1))
+    tracing = db.value_and_grad(f, argnums=(2, 0, 1), replay=False)
+    for args in calls():
+        (value, got), (want_value, want) = replaying(*args), tracing(*args)
+        assert value == want_value
+        for g, w in zip((got[0], got[1], got[2][0], got[2][1]["w"][0]),
+                        (want[0], want[1], want[2][0], want[2][1]["w"][0])):
+            np.testing.assert_array_equal(g, w)
+    f = Counted(f)
+    replaying = db.value_and_grad(f, argnums=(2, 0, 1))
+    for args in calls():
+        replaying(*args)
+    assert f.runs == 1
+
+
+def test_a_float_leaf_in_a_structure_gets_a_float_gradient():
+    f = Counted(lambda xs, ys: xs[0] * ys["y"] + xs[1] ** 2)
+    vg = db.value_and_grad(f, argnums=(1, 0))
+    for k in range(4):
+        value, (gy, gx) = vg((1.5 + k, np.float64(0.5)), {"y": 2.0})
+        assert type(gy["y"]) is float and gy["y"] == 1.5 + k
+        assert type(gx) is tuple and type(gx[0]) is float and type(gx[1]) is np.float64
+        assert gx == (2.0, 1.0)
+    assert f.runs == 1

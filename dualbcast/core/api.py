@@ -85,7 +85,7 @@ def value_and_grad(f, argnums=0, *, out=None, replay=True):
     # number of arguments -> (positions of the differentiated ones, a bool per argument)
     positions_for = {}
     programs = Programs(f, Box) if replay else None
-    flat_replay = replay and out is None        # the short path of Programs.replay_flat
+    short_replay = replay and out is None       # the short path of Programs.replay_short
 
     @functools.wraps(f)
     def value_and_grad_f(*args, **kwargs):
@@ -95,14 +95,11 @@ def value_and_grad(f, argnums=0, *, out=None, replay=True):
             known = positions_for[len(args)] = (
                 positions, tuple(i in positions for i in range(len(args))))
         positions, differentiated = known
-        if flat_replay and not kwargs and getattr(_current, "tape", None) is None:
-            replayed = programs.replay_flat(args, differentiated, positions, _SEED_FOR)
+        if short_replay and not kwargs and getattr(_current, "tape", None) is None:
+            replayed = programs.replay_short(args, differentiated, positions, _SEED_FOR)
             if replayed is not None:
-                value, grads = replayed
-                handed_out = set()
-                results = [_gradient_like(args[i], grads[slot], handed_out)
-                           for slot, i in enumerate(positions)]
-                return value, (results[0] if single else tuple(results))
+                value, grads, leaves, structures = replayed
+                return value, _short_gradients(grads, leaves, structures, single)
         call = programs.lookup(args, kwargs, differentiated) if programs is not None else None
         if call is not None and call.program is not None:
             answer = _run(f, args, kwargs, positions, out, single, call, replay=True)
@@ -152,6 +149,19 @@ def _run(f, args, kwargs, positions, out, single, call, replay):
     results = _gradients(grads, inputs, given={id(target) for _, target in targets}
                          if out is not None else ())
     return value, (results[0] if single else results)
+
+
+def _short_gradients(grads, leaves, structures, single):
+    """The gradients of a replay on the short path, rebuilt per argument."""
+    handed_out = set()
+    gradients = [_gradient_like(leaf, grads[slot], handed_out)
+                 for slot, leaf in enumerate(leaves)]
+    results, start = [], 0
+    for tree, count in structures:
+        results.append(gradients[start] if tree is None
+                       else unflatten(tree, gradients[start:start + count]))
+        start += count
+    return results[0] if single else tuple(results)
 
 
 def _gradient_targets(out, inputs, single):

@@ -75,27 +75,34 @@ _FLOAT_SCALARS = frozenset({float, np.float64, np.float32, np.float16})
 BY_IDENTITY = {types.FunctionType, np.ufunc}
 
 
-def signature(args, kwargs, differentiated):
+def signature(args, kwargs, differentiated, trees=None):
     """``(key, arrays)``: a hashable key a replay's arguments must match, and the
     non-differentiated arrays whose contents must match too.  Raises
-    :class:`Unreplayable` for an argument a replay cannot check."""
+    :class:`Unreplayable` for an argument a replay cannot check.  ``trees``: a list
+    that receives ``(leaves, treedef)`` of each differentiated argument (treedef None
+    for a lone array or float)."""
     arrays = []
-    key = [_traced_key(arg) if traced else _constant_key(arg, arrays)
+    if trees is None:
+        trees = []
+    key = [_traced_key(arg, trees) if traced else _constant_key(arg, arrays)
            for arg, traced in zip(args, differentiated)]
     if kwargs:
         key.append(tuple((name, _constant_key(value, arrays)) for name, value in kwargs.items()))
     return tuple(key), arrays
 
 
-def _traced_key(arg):
+def _traced_key(arg, trees):
     kind = type(arg)
     if kind is np.ndarray:
+        trees.append(((arg,), None))
         return (arg.shape, arg.dtype, arg.strides)
     if kind in _FLOAT_SCALARS:
+        trees.append(((arg,), None))
         return kind
     leaves, tree = flatten(arg)
-    return (tree, tuple((leaf.shape, leaf.dtype, leaf.strides) if type(leaf) is np.ndarray
-                        else type(leaf) for leaf in leaves))
+    trees.append((leaves, tree))
+    return (tree, tuple([(leaf.shape, leaf.dtype, leaf.strides) if type(leaf) is np.ndarray
+                         else type(leaf) for leaf in leaves]))
 
 
 def _constant_key(value, arrays):
@@ -410,24 +417,31 @@ class Programs:
         return Call(self, entry, arrays)
 
 
-    def replay_flat(self, args, differentiated, positions, seed_for):
-        """The common call on a short path: differentiated arguments that are arrays or
-        float scalars (no structure to flatten or rebuild), no keyword arguments, a
-        program already generated.  ``(value, cotangents by leaf)``, or None: the
-        caller takes the general path, which also deals with whatever failed here.
-        ``seed_for``: the output's type -> the backward pass's seed."""
+    def replay_short(self, args, differentiated, positions, seed_for):
+        """The common call on a short path: no keyword arguments, a program already
+        generated (or fused), differentiated arguments of arrays and float scalars
+        (alone or in tuples, lists, dicts).  ``(value, cotangents by leaf, leaves,
+        structures)`` (per differentiated argument ``(treedef or None for a lone leaf,
+        number of leaves)``), or None: the caller takes the general path, which also
+        deals with whatever failed here.  ``seed_for``: the output's type -> the
+        backward pass's seed."""
+        trees = []
         try:
-            key, arrays = signature(args, None, differentiated)
+            key, arrays = signature(args, None, differentiated, trees)
             entry = self.entries.get(key)
         except (Unreplayable, TypeError):
             return None
         program = None if entry is None else entry.program
         if program is None or program.generated is None or program.output[0] != "slot":
             return None
-        values = [args[i] for i in positions]
-        for value in values:
-            if type(value) is not np.ndarray and type(value) not in _FLOAT_SCALARS:
-                return None
+        # (trees come in argument order; the leaves' slots follow argnums' order)
+        tree_of = dict(zip([i for i, traced in enumerate(differentiated) if traced], trees))
+        values, structures = [], []
+        for i in positions:
+            leaves, tree = tree_of[i]
+            values += leaves
+            structures.append((tree, len(leaves)))
+        # (every leaf is a float array or scalar: a program exists only for those)
         try:
             program.check(arrays, self.free_variables)
         except Exception:
@@ -436,7 +450,7 @@ class Programs:
             fused = _run_fused(program, values)
             if fused is not None:
                 entry.replays += 1
-                return fused
+                return fused + (values, structures)
         tape = Tape(single_use=True)
         tape.values = values
         errors = raise_float_errors()
@@ -451,7 +465,8 @@ class Programs:
         if seed is None:
             return None
         entry.replays += 1
-        return values[output], program.backward(values, residuals, ((output, seed),))
+        return (values[output], program.backward(values, residuals, ((output, seed),)),
+                values, structures)
 
 
 def _run_fused(program, values):

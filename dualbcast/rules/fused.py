@@ -306,18 +306,14 @@ class Fusion:
             for shape in shapes:
                 gradient_arrays.append(np.empty(shape))
                 args.append(gradient_arrays[-1].reshape(-1))
-        ok, value, *cotangents = self.function(*args)
-        if not ok:
+        result = self.function(*args)
+        if not result[0]:
             return None
-        grads = []
-        for leaf, array in enumerate(self.array_of_leaf):
-            if not cotangents[2 * leaf]:
-                grads.append(None)              # no cotangent reached the leaf
-            elif array is not None:
-                grads.append(gradient_arrays[array])
-            else:
-                grads.append(np.float64(cotangents[2 * leaf + 1]))
-        return self.output_type(value), grads
+        # per leaf: None where no cotangent reached it, else its array or its float
+        grads = [None if not reached else scalar if array is None else gradient_arrays[array]
+                 for reached, scalar, array in zip(result[2::2], result[3::2],
+                                                   self.array_of_leaf)]
+        return self.output_type(result[1]), grads
 
 
 def _exact(value):
