@@ -11,7 +11,8 @@ under a microsecond.  A program made only of
   constants, over one chunk (up to 4096 elements: larger loops dwarf the Python), every
   gradient float64 and either stored whole (an array argument) or summed in a register
   (a scalar argument), each array argument differentiated by one sum only;
-- scalar ``x + y``, ``x - y``, ``x * y`` and ``x ** c`` (``c`` a constant) on float64;
+- scalar ``x + y``, ``x - y``, ``x * y``, ``x / y``, ``-x`` and ``x ** c`` (``c`` a
+  constant) on float64;
 - no guards (no control flow on traced values), a float64 scalar output,
 
 is written out as one function: each sum's loop (the kernel's own compiled loop), the
@@ -45,12 +46,14 @@ from ..core import replay
 from ..kernel.cache import load_loop
 from ..kernel.loops import REGISTER, STORE
 from ..kernel.prepared import PreparedCall
+from ..core.registry import SCALAR_UFUNC_VJPS
 from .fast import _SumRule
 
 _FLOAT64 = np.dtype(np.float64)
 _SCALARS = (float, np.float64)
 _CONSTANTS = (float, int, np.float64)
 _OPERATORS = {operator.add: "+", operator.sub: "-", operator.mul: "*"}
+_SCALAR_RULES = {operator.neg: np.negative, operator.truediv: np.true_divide}
 
 
 @intrinsic
@@ -106,6 +109,8 @@ class _Writer:
         for k, record in enumerate(records):
             if len(record) == 7:
                 self._linear(record)
+            elif record[7] in _SCALAR_RULES:
+                self._scalar(record)
             else:
                 self._kernel_sum(k, record)
 
@@ -176,6 +181,32 @@ class _Writer:
         lines = [f"if h{out} and g{out} != 0.0:"]
         for slot, name in zip(parents, names):
             lines += [f"    ct = g{out} * {name}"] + ["    " + line for line in _add_scalar(slot)]
+        self.backward.append(lines)
+
+    def _scalar(self, record):
+        # -x and x / y: recorded with their scalar vjps (dualbcast.rules.elementwise),
+        # which this writes out operation for operation.
+        out, parents, argnums, vjps, _, saved, kwargs, op, others = record
+        ufunc = _SCALAR_RULES[op]
+        _require(not kwargs and not others and type(self.values[out]) in _SCALARS
+                 and tuple(vjps) == tuple(SCALAR_UFUNC_VJPS[ufunc]))
+        traced = dict(zip(argnums, parents))
+        operands = [self._operand(out, i, value, traced) for i, value in enumerate(saved)]
+        if op is operator.neg:
+            self.forward.append(f"v{out} = -{operands[0]}")
+            cotangents = {0: [f"ct = -g{out}"]}
+        else:
+            x, y = operands
+            self.forward.append(f"v{out} = {x} / {y}")
+            # nan_safe(g, 1 / y) and nan_safe(-g, x / y / y): g * local, 0 for g == 0
+            cotangents = {0: [f"ct = g{out} * (1.0 / {y})",
+                              f"if ct != ct and g{out} == 0.0: ct = 0.0"],
+                          1: [f"ct = -g{out} * (({x} / {y}) / {y})",
+                              f"if ct != ct and g{out} == 0.0: ct = 0.0"]}
+        self.forward.append(f"if not _finite(v{out}): return FAILED")
+        lines = [f"if h{out}:"]
+        for slot, i in zip(parents, argnums):
+            lines += ["    " + line for line in cotangents[i] + _add_scalar(slot)]
         self.backward.append(lines)
 
     def _kernel_sum(self, k, record):
