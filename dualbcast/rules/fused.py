@@ -10,7 +10,7 @@ under a microsecond.  A program made only of
 - kernel sums ``k.sum(...)`` whose arguments are the differentiated arguments or
   constants, over one chunk (up to 4096 elements: larger loops dwarf the Python), every
   gradient float64 and either stored whole (an array argument) or summed in a register
-  (a scalar argument), each array argument differentiated by one sum only;
+  (a scalar argument);
 - scalar ``x + y``, ``x - y``, ``x * y``, ``x / y``, ``-x`` and ``x ** c`` (``c`` a
   constant) on float64;
 - no guards (no control flow on traced values), a float64 scalar output,
@@ -98,7 +98,8 @@ class _Writer:
         self.params = []                # the fused function's parameters
         self.forward, self.backward = [], []
         self.kernels = []               # per kernel sum: (inputs, prepared, stored shapes)
-        self.array_gradients = {}       # array leaf slot -> STORE buffer parameter
+        self.array_gradients = {}       # array leaf slot -> its STORE buffers' parameters
+        self.buffer_count = 0           # STORE buffers so far (their order: the call's)
         for leaf in range(leaves):
             value = values[leaf]
             if type(value) is np.ndarray:
@@ -125,14 +126,18 @@ class _Writer:
                         if type(self.values[slot]) is not np.ndarray]
         lines += [f"    g{slot} = 0.0; h{slot} = False" for slot in scalar_slots]
         lines.append(f"    g{self.output} = 1.0; h{self.output} = True")
-        lines += [f"    a{slot} = False" for slot in self.array_gradients]
+        # An array's cotangent: a<slot> whether one reached it, c<slot> the buffer
+        # holding it (the first that reached it: later ones are added into it, as the
+        # replay adds them up), w<slot> that buffer's number.
+        lines += [f"    a{slot} = False; c{slot} = {buffers[0][0]}; w{slot} = 0.0"
+                  for slot, buffers in self.array_gradients.items()]
         for line in reversed(self.backward):        # record by record, last first
             for text in line:
                 lines.append("    " + text.replace("FAILED", failed))
         result = [f"v{self.output}"]
         for leaf in range(self.leaves):
             if leaf in self.array_gradients:
-                result.append(f"a{leaf}, 0.0")
+                result.append(f"a{leaf}, w{leaf}")
             elif type(self.values[leaf]) is np.ndarray:
                 result.append("False, 0.0")        # an array nothing differentiated
             else:
@@ -141,7 +146,7 @@ class _Writer:
         scalar_leaves = [leaf for leaf in range(self.leaves)
                          if type(self.values[leaf]) is not np.ndarray]
         return Fusion("\n".join(lines) + "\n", self.namespace, self.kernels, self.leaves,
-                      scalar_leaves, self.array_gradients, type(self.values[self.output]))
+                      scalar_leaves, type(self.values[self.output]))
 
     # ------------------------------------------------------------------ records
 
@@ -229,12 +234,14 @@ class _Writer:
                                                          prepared.gradients):
             _require(dtype == _FLOAT64)
             if kind == STORE and is_array:
-                _require(slot not in self.array_gradients)   # one gradient per array
-                buffers.append(f"b{k}_{len(buffers)}")
-                self.array_gradients[slot] = buffers[-1]
+                buffers.append((f"b{k}_{len(buffers)}", self.buffer_count))
+                self.buffer_count += 1
+                self.array_gradients.setdefault(slot, []).append(buffers[-1])
             else:
                 _require(kind == REGISTER and not is_array)
                 registers.append(slot)
+        stored = iter(buffers)
+        buffers = [name for name, _ in buffers]
         self.params += operands + buffers
         self.kernels.append((inputs, prepared, _stored_shapes(prepared)))
         self.namespace.update({f"_loop{k}": prepared.loop, f"_shape{k}": prepared.plan.loop_shape,
@@ -256,18 +263,27 @@ class _Writer:
                 lines += [f"    ct = 0.0 if g{out} == 0.0 else t{k}[0, {column}] * g{out}"]
                 lines += ["    " + line for line in _add_scalar(slot)]
             else:
-                buffer = self.array_gradients[slot]
+                buffer, number = next(stored)
                 lines += [f"    if g{out} == 0.0:",
                           f"        {buffer}[:] = 0.0",
                           f"    elif g{out} != 1.0:",
-                          f"        check = 0.0",
+                          "        check = 0.0",
                           f"        for i in range({buffer}.size):",
                           f"            scaled = {buffer}[i] * g{out}",
                           f"            {buffer}[i] = scaled",
                           "            check += scaled * 0.0      # nan once one is not finite",
                           "        if check != 0.0:",
                           "            return FAILED",
-                          f"    a{slot} = True"]
+                          f"    if a{slot}:",
+                          "        check = 0.0",
+                          f"        for i in range({buffer}.size):",
+                          f"            total = c{slot}[i] + {buffer}[i]",
+                          f"            c{slot}[i] = total",
+                          "            check += total * 0.0",
+                          "        if check != 0.0:",
+                          "            return FAILED",
+                          "    else:",
+                          f"        c{slot} = {buffer}; w{slot} = {number}.0; a{slot} = True"]
         self.backward.append(lines)
 
 
@@ -293,22 +309,15 @@ class Fusion:
     """A fused program: ``fusion(values)`` gives ``(value, cotangents by leaf)`` (None
     where no cotangent reached a leaf), or None when the replay must run instead."""
 
-    def __init__(self, source, namespace, kernels, leaves, scalar_leaves, array_gradients,
-                 output_type):
+    def __init__(self, source, namespace, kernels, leaves, scalar_leaves, output_type):
         self.source, self.namespace, self.kernels = source, namespace, kernels
-        self.leaves, self.array_gradients = leaves, array_gradients
         self.output_type = output_type
         self.function = None
         self.scalar_leaves = scalar_leaves     # the function's first parameters
-        # per leaf: the index of its gradient among the kernels' stored ones, or None
-        order = list(array_gradients)
-        self.array_of_leaf = [order.index(leaf) if leaf in array_gradients else None
-                              for leaf in range(leaves)]
+        self.is_array = [leaf not in scalar_leaves for leaf in range(leaves)]
 
     def compile(self):
         """Compile (or load from the disk cache) the fused function."""
-        # The loops' own file names (their kernels' fingerprints) make the source, and
-        # so the cached file's name, change whenever a loop does.
         # The source's name (the file's) must change with anything it is compiled
         # from: the loops' files (named by their kernels' fingerprints), and the
         # constants, shapes and row counts bound in its namespace (listed on top).
@@ -340,10 +349,11 @@ class Fusion:
         result = self.function(*args)
         if not result[0]:
             return None
-        # per leaf: None where no cotangent reached it, else its array or its float
-        grads = [None if not reached else scalar if array is None else gradient_arrays[array]
-                 for reached, scalar, array in zip(result[2::2], result[3::2],
-                                                   self.array_of_leaf)]
+        # per leaf: None where no cotangent reached it, else its float, or for an array
+        # the number of the buffer its cotangent was added up in
+        grads = [None if not reached else gradient_arrays[int(found)] if is_array else found
+                 for reached, found, is_array in zip(result[2::2], result[3::2],
+                                                     self.is_array)]
         return self.output_type(result[1]), grads
 
 
