@@ -7,7 +7,10 @@ records (which function made each value from which slots and constants) and the 
 passes as generated code (:mod:`.replay_code`) that calls the records' functions and
 vjps on the new values: the user's Python code, its boxes, the rule lookups and the
 tape's interpretation are skipped.  A guard whose outcome differs stops the replay
-before anything is returned, and the caller traces again.
+before anything is returned, and the caller traces again.  The common call takes a
+short path (:meth:`Programs.replay_short`), and a program of kernel sums and scalar
+arithmetic is eventually compiled whole into one Numba function
+(:mod:`dualbcast.rules.fused`, through the ``plan_fusion`` hook).
 
 The signature a program is kept under holds everything a replay cannot re-check: the
 differentiated arguments' structure, shapes, dtypes and strides, and the exact value of
