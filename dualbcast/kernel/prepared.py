@@ -126,17 +126,15 @@ class PreparedCall:
         sums = self.mode in ("sum", "sum_partials")
         workers = min(config.threads, self.nchunks) if self.compiled and self.splittable \
             and self.size >= config.parallel_threshold else 1
-        if workers > 1 and not enter_parallel_region():
-            workers = 1
         scratch = ()    # sums: (the rows each thread adds a chunk's values up in,)
         if sums:
             totals = np.empty((self.nchunks, self.totals_width))
             outputs += (totals,)
             scratch = (np.empty((workers, self.totals_width, self.chunk_size)),)
         try:
-            if workers > 1:
+            if workers > 1 and enter_parallel_region():
                 self._run_parallel(workers, operands, outputs, scratch)
-            else:
+            else:       # (also when another thread of ours is in a parallel region)
                 self.loop(self.plan.loop_shape, 0, self.nchunks, self.rows, *operands,
                           *outputs, *_first_rows(scratch))
         except ZeroDivisionError as err:
@@ -158,7 +156,7 @@ class PreparedCall:
 
     def _run_parallel(self, workers, operands, outputs, scratch):
         """The loop split between ``workers`` Numba threads (each sums in its own row
-        of the scratch)."""
+        of the scratch), in the parallel region the caller entered."""
         failed = np.zeros(workers, np.bool_)
         try:
             self.loop.parallel(workers, failed, self.plan.loop_shape, self.nchunks,
