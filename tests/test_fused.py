@@ -28,14 +28,14 @@ def fuse_at_once(monkeypatch):
 def fused_runs(monkeypatch):
     """How many calls the fused functions answered."""
     count = []
-    real = replay._run_fused
+    real = replay.Program.run_fused
 
     def counted(program, values):
         result = real(program, values)
         if result is not None:
             count.append(1)
         return result
-    monkeypatch.setattr(replay, "_run_fused", counted)
+    monkeypatch.setattr(replay.Program, "run_fused", counted)
     return count
 
 

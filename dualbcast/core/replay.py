@@ -272,6 +272,25 @@ class Program:
         kind, output = self.output
         return output if kind == "constant" else box_type(values[output], output, tape)
 
+    def run_fused(self, values):
+        """The fused program's ``(value, cotangents by leaf)``, or None: not compiled
+        yet (it is after ``FUSE_AFTER`` short-path runs), or it handed the call back (a
+        non-finite value, an error: the replay will meet it)."""
+        fusion = self.fusion
+        if fusion.function is None:
+            self.short_runs += 1
+            if self.short_runs < self.FUSE_AFTER:
+                return None
+            try:
+                fusion.compile()
+            except Exception:           # not a user's error: the replay does without
+                self.fusion = None
+                return None
+        try:
+            return fusion(values)
+        except Exception:
+            return None
+
     def gradients(self, tape, seeds):
         """The backward pass of a run: cotangents by slot."""
         if tape.residuals is None:      # an interpreted run: the tape has its records
@@ -450,7 +469,7 @@ class Programs:
         except Exception:
             return None
         if program.fusion is not None:
-            fused = _run_fused(program, values)
+            fused = program.run_fused(values)
             if fused is not None:
                 entry.replays += 1
                 return fused + (values, structures)
@@ -470,25 +489,6 @@ class Programs:
         entry.replays += 1
         return (values[output], program.backward(values, residuals, ((output, seed),)),
                 values, structures)
-
-
-def _run_fused(program, values):
-    """The fused program's ``(value, cotangents by leaf)``, or None: not compiled yet,
-    or it handed the call back (a non-finite value, an error: the replay will meet it)."""
-    fusion = program.fusion
-    if fusion.function is None:
-        program.short_runs += 1
-        if program.short_runs < program.FUSE_AFTER:
-            return None
-        try:
-            fusion.compile()
-        except Exception:               # not a user's error: the replay does without
-            program.fusion = None
-            return None
-    try:
-        return fusion(values)
-    except Exception:
-        return None
 
 
 # Set by dualbcast.rules.fused: (records, values, leaves, output, guards) -> a fusion
