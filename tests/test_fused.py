@@ -12,6 +12,7 @@ import pytest
 
 import dualbcast as db
 from dualbcast.core import replay
+from replays import programs_of
 
 RNG = np.random.default_rng(11)
 
@@ -55,9 +56,7 @@ def inverse_square(x):
 
 
 def _program(vg):
-    programs = next(cell.cell_contents for cell in vg.__closure__
-                    if isinstance(cell.cell_contents, replay.Programs))
-    [entry] = programs.entries.values()
+    [entry] = programs_of(vg).entries.values()
     return entry.program
 
 

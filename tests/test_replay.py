@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import dualbcast as db
 from dualbcast.core import replay
 from dualbcast.testing import check_grads
+from replays import programs_of
 
 RNG = np.random.default_rng(7)
 
@@ -499,8 +500,7 @@ def test_generated_code_takes_over_after_enough_replays(monkeypatch):
     monkeypatch.setattr(replay.Program, "GENERATE_AFTER", 3)
     vg = db.value_and_grad(eam(np, rho.sum))
     want = db.value_and_grad(eam(np, rho.sum), replay=False)
-    programs = [c.cell_contents for c in vg.__closure__
-                if type(c.cell_contents) is replay.Programs][0]
+    programs = programs_of(vg)
     for call in range(6):
         x = RNG.uniform(0, 1, 7)
         got, expected = vg(x), want(x)
@@ -642,8 +642,7 @@ def test_a_long_program_is_not_generated(monkeypatch):
     xs = tuple(float(i) for i in range(20))
     for _ in range(4):
         assert vg(xs)[1] == (1.0,) + (-1.0,) * 19
-    programs = [c.cell_contents for c in vg.__closure__
-                if type(c.cell_contents) is replay.Programs][0]
+    programs = programs_of(vg)
     (entry,) = programs.entries.values()
     assert entry.program.generated is None and entry.replays >= 2
 

@@ -143,8 +143,7 @@ class _Writer:
             else:
                 result.append(f"h{leaf}, g{leaf}")
         lines.append(f"    return (True, {', '.join(result)})")
-        scalar_leaves = [leaf for leaf in range(self.leaves)
-                         if type(self.values[leaf]) is not np.ndarray]
+        scalar_leaves = [slot for slot in scalar_slots if slot < self.leaves]
         return Fusion("\n".join(lines) + "\n", self.namespace, self.kernels, self.leaves,
                       scalar_leaves, type(self.values[self.output]))
 
