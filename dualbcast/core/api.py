@@ -1,6 +1,7 @@
 """``grad``, ``value_and_grad``, ``vjp`` and ``stop_gradient``: tracing a function on
 boxed arguments, then running the tape backward."""
 import functools
+import operator
 import threading
 from contextlib import contextmanager
 
@@ -294,7 +295,7 @@ def _trace_arguments(tape, args, positions, copy_arrays=False, rebuild=True):
         leaves, tree = flatten(args[i])
         if copy_arrays:
             leaves = [snapshot(leaf) for leaf in leaves]
-        boxes = [_new_leaf(tape, leaf, i) for leaf in leaves]
+        boxes = _new_leaves(tape, leaves, i)
         if rebuild:
             traced[i] = unflatten(tree, boxes)
         inputs.append((boxes, tree))
@@ -307,6 +308,17 @@ def _new_leaf(tape, leaf, position):
     slot = len(tape.values)
     tape.values.append(leaf)
     return Box(leaf, slot, tape)
+
+
+def _new_leaves(tape, leaves, position):
+    """``[_new_leaf(tape, leaf, position) for leaf in leaves]``, without a call per
+    leaf when they are all Python floats (a tuple of scalars)."""
+    if not all(type(leaf) is float for leaf in leaves):
+        return [_new_leaf(tape, leaf, position) for leaf in leaves]
+    values = tape.values
+    start = len(values)
+    values.extend(leaves)
+    return [Box(leaf, slot, tape) for slot, leaf in enumerate(leaves, start)]
 
 
 def _check_leaf(leaf, position):
@@ -341,7 +353,7 @@ def _scalar_output(out, f, tape):
     return value, ((out.slot, np.result_type(value).type(1.0)),)
 
 
-_SEED_FOR = {float: np.float64(1.0), np.float64: np.float64(1.0), np.float32: np.float32(1.0)}
+_SEED_FOR = {float: 1.0, np.float64: np.float64(1.0), np.float32: np.float32(1.0)}
 
 
 def _gradients(grads, inputs, given=()):
@@ -350,10 +362,19 @@ def _gradients(grads, inputs, given=()):
     handed_out = set()
     results = []
     for boxes, tree in inputs:
-        leaves = [grads[box.slot] if id(grads[box.slot]) in given
-                  else _gradient_like(box.value, grads[box.slot], handed_out) for box in boxes]
+        leaves = [grads[box.slot] for box in boxes]
+        # Python floats are their own gradients (the common case of a tuple of
+        # scalars: checked without a call per leaf).
+        if not (_FLOAT.issuperset(map(type, leaves))
+                and _FLOAT.issuperset(map(type, map(_value, boxes)))):
+            leaves = [ct if id(ct) in given else _gradient_like(box.value, ct, handed_out)
+                      for box, ct in zip(boxes, leaves)]
         results.append(leaves[0] if tree == LEAF else unflatten(tree, leaves))
     return tuple(results)
+
+
+_FLOAT = frozenset({float})
+_value = operator.attrgetter("value")
 
 
 def _gradient_like(primal, ct, handed_out):

@@ -262,13 +262,74 @@ def _shape_method(func):
 def _binary(ufunc, op):
     # The Python operator on the values, so a traced program computes exactly what it
     # would untraced (Python floats stay Python floats, and are ~15x faster than a
-    # ufunc call on scalars); the gradient rule is the ufunc's.
+    # ufunc call on scalars); the gradient rule is the ufunc's.  The hot path of scalar
+    # code (a fold, a polynomial of a kernel's sum) is inlined here: float operands
+    # and a ufunc with cheap local partials (+ - * and ** c) give a record of the
+    # partials in one call; anything else goes the general way, through _operator.
     def forward(self, other):
+        tape = self.tape
+        kind = type(other)
+        if kind is Box:
+            x, y = self.value, other.value
+            if type(x) in _FLOATS and type(y) in _FLOATS and other.tape is tape \
+                    and not tape.closed:
+                linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
+                if linear is not None:
+                    partials = linear(x, y)
+                    if partials is not None and None not in partials:
+                        # _linear_record, inlined: this is the hottest path of all.
+                        try:
+                            ans = op(x, y)
+                        except Exception:
+                            raised(tape)
+                            raise
+                        values = tape.values
+                        slot = len(values)
+                        values.append(ans)
+                        tape.records.append((slot, (self.slot, other.slot), partials, op,
+                                             (x, y), linear, _BOTH))
+                        return Box(ans, slot, tape)
+        elif kind in _FLOATS and type(self.value) in _FLOATS and not tape.closed:
+            linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
+            if linear is not None:
+                x = self.value
+                partials = linear(x, other)
+                if partials is not None and partials[0] is not None:
+                    return _linear_record(tape, op, x, other, (self.slot,), (partials[0],),
+                                          linear, _FIRST)
         return _operator(ufunc, op, self, other)
 
     def reflected(self, other):
+        tape = self.tape
+        if type(other) in _FLOATS and type(self.value) in _FLOATS and not tape.closed:
+            linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
+            if linear is not None:
+                y = self.value
+                partials = linear(other, y)
+                if partials is not None and partials[1] is not None:
+                    return _linear_record(tape, op, other, y, (self.slot,), (partials[1],),
+                                          linear, _SECOND)
         return _operator(ufunc, op, other, self)
     return forward, reflected
+
+
+# Scalars the inlined path of _binary takes: a constant of these types needs no
+# snapshot (keep), and + - * on them give a scalar.
+_FLOATS = frozenset({float, int, np.float64, np.float32})
+
+
+def _linear_record(tape, op, x, y, parents, partials, linear, argnums):
+    """``op(x, y)`` on scalars, recorded with its local ``partials`` (see tape.py)."""
+    try:
+        ans = op(x, y)
+    except Exception:               # np.seterr(all="raise"), a float ** overflowing
+        raised(tape)
+        raise
+    values = tape.values
+    slot = len(values)
+    values.append(ans)
+    tape.records.append((slot, parents, partials, op, (x, y), linear, argnums))
+    return Box(ans, slot, tape)
 
 
 def _operator(ufunc, op, x, y):

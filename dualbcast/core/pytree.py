@@ -1,6 +1,8 @@
 """Nested tuples, lists, dicts and namedtuples of leaves ("pytrees"), flattened and
 rebuilt: how arguments, gradients and cotangents keep their user's structure."""
 
+from itertools import islice
+
 import numpy as np
 
 LEAF = "leaf"
@@ -20,6 +22,9 @@ _LEAF_TYPES = frozenset({float, int, bool, np.ndarray, np.float64, np.float32, n
 def _flatten(node, leaves):
     kind = type(node)
     if kind is tuple or kind is list:
+        if _LEAF_TYPES.issuperset(map(type, node)):        # flat: no call per element
+            leaves.extend(node)
+            return (kind, None, (LEAF,) * len(node))
         children = []
         for child in node:
             if type(child) in _LEAF_TYPES:
@@ -79,6 +84,8 @@ def _unflatten(treedef, leaves):
     kind, keys, children = treedef
     if kind is None:
         return None
+    if (kind is tuple or kind is list) and children.count(LEAF) == len(children):
+        return kind(islice(leaves, len(children)))          # flat: no call per element
     rebuilt = [next(leaves) if child is LEAF else _unflatten(child, leaves)
                for child in children]
     if kind is tuple or kind is list:

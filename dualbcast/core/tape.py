@@ -107,26 +107,29 @@ def backward(tape, seeds):
     for slot, seed in seeds:
         accumulate(grads, owned, tape.values, slot, seed)
     values = tape.values
+    ndarray = np.ndarray
     errors = ignore_float_errors()     # rules divide by zero on purpose (d log at 0)
     try:
         for record in reversed(tape.records):
-            g = grads[record[0]]
+            out = record[0]
+            g = grads[out]
             if g is None:
                 continue
-            grads[record[0]] = None
+            grads[out] = None
             if len(record) == 7:
                 # (out_slot, parent_slots, local_partials, ...) of a scalar x + y, x - y,
                 # x * y.  A zero cotangent contributes nothing (NaN-safe: 0 * inf is 0).
                 if g == 0:
                     continue
-                for slot, partial in zip(record[1], record[2]):
+                partials = record[2]
+                for k, slot in enumerate(record[1]):
                     current = grads[slot]
                     if current is None:
-                        grads[slot] = g * partial
-                    elif type(current) is not np.ndarray:
-                        grads[slot] = current + g * partial     # scalars: nothing shared
+                        grads[slot] = g * partials[k]
+                    elif type(current) is not ndarray:
+                        grads[slot] = current + g * partials[k]     # scalars: nothing shared
                     else:
-                        accumulate(grads, owned, values, slot, g * partial)
+                        accumulate(grads, owned, values, slot, g * partials[k])
                 continue
             out_slot, parents, argnums, vjps, ans, args, kwargs, _, _ = record
             for slot, i in zip(parents, argnums):
