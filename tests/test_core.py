@@ -8,6 +8,7 @@ import pytest
 
 import dualbcast as db
 from dualbcast.core import Box
+from dualbcast.core.replay import Program
 
 Point = collections.namedtuple("Point", "x y")
 
@@ -86,6 +87,28 @@ def test_gradient_of_broadcast_sum_is_a_writeable_fresh_array():
     g = db.grad(lambda x: np.sum(x))(np.ones((2, 3)))
     assert g.flags.writeable and g.flags.owndata
     g += 1.0
+
+
+@pytest.mark.parametrize("kind", [float, np.float64, np.float32])
+@pytest.mark.parametrize("c", [3, np.int64(3), 3.0, np.float64(3.0), np.float32(3.0), True],
+                         ids=lambda c: type(c).__name__)
+def test_scalar_arithmetic_with_constants_of_every_kind(kind, c):
+    # Scalar + - * ** have an inlined path for some operand types and the general one
+    # for the rest; both must give the untraced value (type and bits) and the closed-form
+    # gradient, traced and replayed.
+    def f(x, y):
+        return (x - c) * y + (c - x) * x + c * x ** 2 + y * c + x * y - x / c
+
+    x, y = kind(1.5), kind(-0.5)
+    expected = f(x, y)
+    dx = float(y) + float(c) - 2 * float(x) + 2 * float(c) * float(x) + float(y) - 1 / float(c)
+    vg = db.value_and_grad(f, argnums=(0, 1))
+    for _ in range(Program.GENERATE_AFTER + 3):           # traced, replayed, generated
+        value, (gx, gy) = vg(x, y)
+        assert type(value) is type(expected) and value == expected
+        assert type(gx) is kind and type(gy) is kind
+        tolerance = 1e-6 if np.float32 in (kind, type(c)) else 1e-14
+        assert gx == pytest.approx(dx, rel=tolerance) and gy == pytest.approx(2 * float(x))
 
 
 # --- vjp and stop_gradient ----------------------------------------------------------------

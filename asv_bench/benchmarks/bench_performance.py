@@ -1,8 +1,9 @@
 """The performance issue's own measurements, each beside its reference:
 
-- ``FoldPerOp``: the tape's marginal cost per recorded op, forward + backward (a
-  64-term fold minus a 16-term fold, per extra term), traced every call ("eager") and
-  replayed;
+- ``FoldPerOp``: the tape's marginal cost per recorded op, forward + backward, traced
+  every call ("eager") and replayed: per extra term of a fold (a 64-term fold minus a
+  16-term fold: one op and one argument leaf per term) and per extra op on the same 16
+  leaves (the fold run four times over them, minus once);
 - ``Replay``: a replayed gradient's time over the same program traced every call;
 - ``Fused``: a replay fused into one Numba function over the same replay as
   generated Python;
@@ -32,7 +33,8 @@ from dualbcast.core.replay import Program
 from dualbcast.vmath import explog, trig
 
 from .bench_kernels import best_time
-from .gradients import FOLD_TERMS, embed, fold_minus, make_call, warmed_up
+from .gradients import (FOLD_TERMS, embed, fold_minus, fold_minus_passes, make_call,
+                        warmed_up)
 from .workloads import rho
 
 
@@ -41,19 +43,29 @@ class FoldPerOp:
     param_names = ["tape"]
 
     def setup(self, tape):
-        self.calls = {}
+        self.calls, self.passes = {}, {}
+        system = "dualbcast" if tape == "replayed" else "eager"
         for terms in (FOLD_TERMS, 4 * FOLD_TERMS):
             xs = tuple(float(i) for i in range(1, terms + 1))
             f = db.value_and_grad(fold_minus, replay=tape == "replayed")
             # replayed: warmed up to its steady state (generated, then fused)
-            self.calls[terms] = warmed_up(lambda f=f, xs=xs: f(xs),
-                                          "dualbcast" if tape == "replayed" else "eager")
+            self.calls[terms] = warmed_up(lambda f=f, xs=xs: f(xs), system)
+        xs = tuple(float(i) for i in range(1, FOLD_TERMS + 1))
+        for passes in (1, 4):
+            f = db.value_and_grad(fold_minus_passes, replay=tape == "replayed")
+            self.passes[passes] = warmed_up(lambda f=f, p=passes: f(xs, p), system)
 
     def track_marginal_microseconds_per_op(self, tape):
         small, large = (best_time(self.calls[t]) for t in (FOLD_TERMS, 4 * FOLD_TERMS))
         return (large - small) / (3 * FOLD_TERMS) * 1e6
 
     track_marginal_microseconds_per_op.unit = "µs per op"
+
+    def track_marginal_microseconds_per_op_same_leaves(self, tape):
+        once, four = (best_time(self.passes[p]) for p in (1, 4))
+        return (four - once) / (3 * (FOLD_TERMS - 1)) * 1e6
+
+    track_marginal_microseconds_per_op_same_leaves.unit = "µs per op"
 
     def track_whole_gradient_microseconds_per_op(self, tape):
         return best_time(self.calls[FOLD_TERMS]) / (FOLD_TERMS - 1) * 1e6

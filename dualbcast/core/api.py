@@ -313,7 +313,7 @@ def _new_leaf(tape, leaf, position):
 def _new_leaves(tape, leaves, position):
     """``[_new_leaf(tape, leaf, position) for leaf in leaves]``, without a call per
     leaf when they are all Python floats (a tuple of scalars)."""
-    if not all(type(leaf) is float for leaf in leaves):
+    if not _FLOAT.issuperset(map(type, leaves)):
         return [_new_leaf(tape, leaf, position) for leaf in leaves]
     values = tape.values
     start = len(values)

@@ -263,21 +263,22 @@ def _binary(ufunc, op):
     # The Python operator on the values, so a traced program computes exactly what it
     # would untraced (Python floats stay Python floats, and are ~15x faster than a
     # ufunc call on scalars); the gradient rule is the ufunc's.  The hot path of scalar
-    # code (a fold, a polynomial of a kernel's sum) is inlined here: float operands
+    # code (a fold, a polynomial of a kernel's sum) is inlined here: scalar operands
     # and a ufunc with cheap local partials (+ - * and ** c) give a record of the
     # partials in one call; anything else goes the general way, through _operator.
     def forward(self, other):
         tape = self.tape
-        kind = type(other)
-        if kind is Box:
-            x, y = self.value, other.value
-            if type(x) in _FLOATS and type(y) in _FLOATS and other.tape is tape \
+        x = self.value
+        if type(other) is Box:
+            y = other.value
+            if type(x) in _SCALARS and type(y) in _SCALARS and other.tape is tape \
                     and not tape.closed:
                 linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
                 if linear is not None:
-                    partials = linear(x, y)
-                    if partials is not None and None not in partials:
-                        # _linear_record, inlined: this is the hottest path of all.
+                    partials = linear if type(linear) is tuple else linear(x, y)
+                    if partials is not None and partials[0] is not None \
+                            and partials[1] is not None:
+                        # _linear_record, inlined: the hottest path of all.
                         try:
                             ans = op(x, y)
                         except Exception:
@@ -289,11 +290,10 @@ def _binary(ufunc, op):
                         tape.records.append((slot, (self.slot, other.slot), partials, op,
                                              (x, y), linear, _BOTH))
                         return Box(ans, slot, tape)
-        elif kind in _FLOATS and type(self.value) in _FLOATS and not tape.closed:
+        elif type(other) in _SCALARS and type(x) in _SCALARS and not tape.closed:
             linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
             if linear is not None:
-                x = self.value
-                partials = linear(x, other)
+                partials = linear if type(linear) is tuple else linear(x, other)
                 if partials is not None and partials[0] is not None:
                     return _linear_record(tape, op, x, other, (self.slot,), (partials[0],),
                                           linear, _FIRST)
@@ -301,11 +301,11 @@ def _binary(ufunc, op):
 
     def reflected(self, other):
         tape = self.tape
-        if type(other) in _FLOATS and type(self.value) in _FLOATS and not tape.closed:
+        y = self.value
+        if type(other) in _SCALARS and type(y) in _SCALARS and not tape.closed:
             linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
             if linear is not None:
-                y = self.value
-                partials = linear(other, y)
+                partials = linear if type(linear) is tuple else linear(other, y)
                 if partials is not None and partials[1] is not None:
                     return _linear_record(tape, op, other, y, (self.slot,), (partials[1],),
                                           linear, _SECOND)
@@ -313,9 +313,9 @@ def _binary(ufunc, op):
     return forward, reflected
 
 
-# Scalars the inlined path of _binary takes: a constant of these types needs no
+# The scalars _binary's inlined path takes: a constant of these types needs no
 # snapshot (keep), and + - * on them give a scalar.
-_FLOATS = frozenset({float, int, np.float64, np.float32})
+_SCALARS = frozenset({float, int, np.float64, np.float32, np.int64})
 
 
 def _linear_record(tape, op, x, y, parents, partials, linear, argnums):
@@ -370,7 +370,7 @@ def _operator(ufunc, op, x, y):
         if linear is not None:
             # x + y, x - y, x * y, x ** c on scalars: the local partials are cheap to
             # form, so the record keeps them and backward only multiplies.
-            partials = linear(*saved)
+            partials = linear if type(linear) is tuple else linear(*saved)
             if partials is not None:
                 if argnums is not _BOTH:
                     partials = (partials[argnums[0]],)

@@ -6,9 +6,10 @@
   every input was one): nothing to unbroadcast, the hot path of scalar code.
 - ``SCALAR_LINEAR_PARTIALS[ufunc]``: for the two-argument ufuncs whose local partials
   cost little to form (``add``, ``subtract``, ``multiply``, ``power`` by a constant),
-  ``partials(x, y) -> (dx, dy)`` on scalars: the record keeps them and the backward
-  pass only multiplies.  A partial may be None (no cheap form: the call is recorded
-  with its vjps instead), and so may the whole result.
+  ``partials(x, y) -> (dx, dy)`` on scalars, or the pair itself when it is constant
+  (``add``, ``subtract``): the record keeps them and the backward pass only
+  multiplies.  A partial may be None (no cheap form: the call is recorded with its
+  vjps instead), and so may the whole result.
 - ``CONSTANT_UFUNCS``: ufuncs whose derivative is zero almost everywhere (comparisons,
   ``floor``, ``sign``...): computed on the values, the result is a plain constant.
 - ``FUNCTION_RULES[func]``: a callable taking ``func``'s arguments (traced or not) for

@@ -380,7 +380,7 @@ def _linear_step(out_slot, parents, partials, op, saved, partials_of, argnums):
             else:
                 a = values[slot]
         result = op(a, b)
-        local = partials_of(a, b)
+        local = partials_of if type(partials_of) is tuple else partials_of(a, b)
         if kept is not None:
             local = (local[kept],)
         values.append(result)

@@ -112,10 +112,14 @@ def _linear(k, record, out, namespace, forward, residuals):
     # backward that only multiplies (and skips a zero cotangent: NaN-safe).
     _, parents, _, op, saved, partials_of, argnums = record
     a, b = _arguments(k, saved, dict(zip(argnums, parents)), namespace)
-    namespace[f"f{k}"], namespace[f"m{k}"] = op, partials_of
+    namespace[f"f{k}"] = op
     forward.append(f"    append(f{k}({a}, {b}))")
-    forward.append(f"    q{k} = m{k}({a}, {b})")
-    residuals.append(f"q{k}")
+    if type(partials_of) is tuple:
+        namespace[f"q{k}"] = partials_of            # constant: nothing to form
+    else:
+        namespace[f"m{k}"] = partials_of
+        forward.append(f"    q{k} = m{k}({a}, {b})")
+        residuals.append(f"q{k}")
     lines = ["        if g != 0:"]
     for slot, i in zip(parents, argnums):
         lines += [f"            ct = g * q{k}[{i}]",
