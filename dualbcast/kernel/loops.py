@@ -221,7 +221,7 @@ class _Lazy:
 
 
 
-@numba.njit(error_model="numpy", forceinline=True)
+@numba.njit(error_model="numpy", cache=True)
 def lane_sum(values, count):
     """The sum of ``values[:count]`` in a fixed order: eight running sums over the
     positions mod 8 (LLVM turns them into two vector registers), then the rest, then

@@ -13,11 +13,14 @@ import numpy as np
 from numba import njit, types
 from numba.core import codegen, config
 from numba.core.errors import TypingError
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
 
-# numpy error model: float division never raises (no branches); forceinline: LLVM inlines
-# every call (alwaysinline), so a loop calling these sees straight-line code to vectorise.
-jit = njit(error_model="numpy", forceinline=True)
+# numpy error model: float division never raises (no branches).  inline="always": Numba
+# inlines every call as IR into its caller, so a loop calling these sees straight-line code
+# to vectorise, and a kernel's first compile does not compile each helper as a function of
+# its own (~0.05-0.1 s each; exp alone was five).  forceinline (LLVM alwaysinline) for a
+# call from code that Numba does not inline (a function called from Python first).
+jit = njit(error_model="numpy", forceinline=True, inline="always")
 
 
 def _target_has_fma():
@@ -90,34 +93,33 @@ def fast_two_sum(a, b):
 
 # --- float32 / float64 entry points ---------------------------------------------------
 
-def f64(x):
-    """x as a float64 (typing stub)."""
+@intrinsic
+def f64(typingctx, x):
+    """x as a float64.  (Intrinsics, not overloads: an overload compiles a function of
+    its own for every type, a tenth of a second each in a kernel's first compile.)"""
+    if x not in (types.float32, types.float64):
+        raise TypingError(f"dualbcast.vmath takes float32 or float64 arguments, not {x}")
+
+    def codegen(context, builder, signature, args):
+        return context.cast(builder, args[0], x, types.float64)
+    return types.float64(x), codegen
 
 
-@overload(f64, inline="always")
-def _ol_f64(x):
-    if x in (types.float32, types.float64):
-        return lambda x: np.float64(x)
-    raise TypingError(f"dualbcast.vmath takes float32 or float64 arguments, not {x}")
+@intrinsic
+def in_precision_of(typingctx, x, r):
+    """The float64 result r in x's precision."""
+    result = types.float32 if x == types.float32 else types.float64
+
+    def codegen(context, builder, signature, args):
+        return context.cast(builder, args[1], types.float64, result)
+    return result(x, types.float64), codegen
 
 
-def in_precision_of(x, r):
-    """The float64 result r in x's precision (typing stub)."""
+@intrinsic
+def in_precision_of_both(typingctx, x, y, r):
+    """The float64 result r as float32 if x and y are both float32."""
+    result = types.float32 if x == y == types.float32 else types.float64
 
-
-@overload(in_precision_of, inline="always")
-def _ol_in_precision_of(x, r):
-    if x == types.float32:
-        return lambda x, r: np.float32(r)
-    return lambda x, r: r
-
-
-def in_precision_of_both(x, y, r):
-    """The float64 result r as float32 if x and y are both float32 (typing stub)."""
-
-
-@overload(in_precision_of_both, inline="always")
-def _ol_in_precision_of_both(x, y, r):
-    if x == y == types.float32:
-        return lambda x, y, r: np.float32(r)
-    return lambda x, y, r: r
+    def codegen(context, builder, signature, args):
+        return context.cast(builder, args[2], types.float64, result)
+    return result(x, y, types.float64), codegen

@@ -15,8 +15,8 @@ How the code stays vectorisable
     checks); frexp/ldexp by integer arithmetic on the bits (``bits.float_bits``), with
     logical shifts only (AVX2 has no vpsraq); int64 to double through the 1.5 * 2**52 trick
     (AVX2 has no vcvtqq2pd: a conversion would be scalarised); clamps as one vmaxpd and one
-    vminpd (``_clamp``); every helper is ``forceinline`` (LLVM ``alwaysinline``: a call left
-    in the loop would stop the vectoriser); polynomials in Estrin's scheme.  Exact products
+    vminpd (``_clamp``); every helper is inlined (``common.jit``: a call left in the loop
+    would stop the vectoriser); polynomials in Estrin's scheme.  Exact products
     use ``llvm.fma`` when the target CPU has FMA, Dekker's splitting otherwise (exact too,
     slower; the errors below are measured with FMA).
 

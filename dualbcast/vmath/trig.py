@@ -3,7 +3,7 @@ no libm calls, accurate to < 1 ulp over the whole float64 range.
 
 ``sin(x)`` and ``cos(x)`` take a float64 or float32 scalar and return the same type
 (float32: computed in float64, rounded once).  They are ``numba.njit`` dispatchers
-compiled ``forceinline`` (LLVM ``alwaysinline``), so a loop that calls them is straight
+inlined into their callers (``common.jit``), so a loop that calls them is straight
 code that the loop vectoriser turns into AVX2 (4 doubles a step).  Numba's pip wheels
 have no SVML, so ``math.sin`` in such a loop stays four scalar libm calls per step.
 
