@@ -5,11 +5,13 @@ import math
 import re
 from math import exp as imported_exp
 
+import numba
 import numpy as np
 import pytest
 from ulp import ulp_errors
 
 import dualbcast as db
+from dualbcast.vmath import explog, trig
 
 VECTORISED = ("exp", "expm1", "log", "log1p", "tanh", "sin", "cos", "pow")
 # Numba's large code model calls through a register: ``movabsq $exp, %rax; callq *%rax``.
@@ -52,6 +54,37 @@ def _kernels(name):
     fn = getattr(math, name)
     kernel = (lambda a, b: fn(a, b)) if name == "pow" else (lambda a: fn(a))
     return db.fast_broadcast(kernel), db.fast_broadcast(libm=True)(kernel)
+
+
+@pytest.mark.parametrize("name", VECTORISED)
+def test_vmath_vectorises_in_a_plain_njit_loop(name):
+    # Called from a user's own numba.njit loop (Python's error model: a division there
+    # tests for zero and may raise, which stops the vectoriser) the functions still
+    # inline to straight vector code.
+    fn = getattr(trig if name in ("sin", "cos") else explog, name)
+    if name == "pow":
+        @numba.njit
+        def loop(x, out):
+            for i in range(x.size):
+                out[i] = fn(x[i], 1.5)
+    else:
+        @numba.njit
+        def loop(x, out):
+            for i in range(x.size):
+                out[i] = fn(x[i])
+    x = np.linspace(0.1, 3.0, 100)
+    out = np.empty_like(x)
+    loop(x, out)
+    ir = loop.inspect_llvm(loop.signatures[0])
+    # the function itself, not its Python wrapper
+    body = next(part for part in ir.split("\ndefine ")[1:]
+                if re.search(r'@"?_ZN(?!7cpython)\w*loop', part.split("{")[0]))
+    called = {name for name in re.findall(r'call [^@]*@"?([\w.$]+)', body)
+              if not name.startswith("llvm.")}
+    assert called == set(), called
+    assert "<4 x double>" in body
+    expected = np.power(x, 1.5) if name == "pow" else getattr(np, name)(x)
+    np.testing.assert_allclose(out, expected, rtol=1e-15)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

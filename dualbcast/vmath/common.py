@@ -44,6 +44,18 @@ def fma(typingctx, a, b, c):
     return types.float64(a, b, c), codegen
 
 
+@intrinsic
+def div(typingctx, a, b):
+    """a / b as IEEE division, inf or nan for b == 0, whatever the error model of the
+    function it is inlined into (Python's would test b and raise: no vectorising)."""
+    if not (a == b == types.float64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fdiv(*args)
+    return types.float64(a, b), codegen
+
+
 @jit
 def mul_add(a, b, c):
     return a * b + c

@@ -94,8 +94,8 @@ from numba import types
 from numba.extending import intrinsic
 
 from .bits import bits_float, float_bits
-from .common import (HAS_FMA as _HAS_FMA, f64 as _f64, fast_two_sum as _fast_two_sum,
-                     in_precision_of as _in_precision_of,
+from .common import (HAS_FMA as _HAS_FMA, div as _div, f64 as _f64,
+                     fast_two_sum as _fast_two_sum, in_precision_of as _in_precision_of,
                      in_precision_of_both as _in_precision_of_both, jit as _jit, mla as _mla,
                      two_prod as _two_prod, two_sum as _two_sum)
 
@@ -311,7 +311,7 @@ def _tanh64(x):
     el = yl * p
     dh, dl = _two_sum(2.0, eh)
     dl = dl + el
-    inv = 1.0 / dh                    # tanh a = E / (E + 2), divided in double-double:
+    inv = _div(1.0, dh)               # tanh a = E / (E + 2), divided in double-double:
     th = eh * inv                     # th, then the exact residual (eh - th dh) ...
     tl = ((_mla(-th, dh, eh) + el) - th * dl) * inv
     r = th + tl
@@ -339,7 +339,7 @@ def _log_reduce(x):
     m = bits_float((u & _MANT_MASK) + _SQRT_HALF_BITS)
     f = m - 1.0                                      # exact
     dh, dl = _fast_two_sum(1.0, m)                   # m + 1
-    inv = 1.0 / dh
+    inv = _div(1.0, dh)
     sh = f * inv
     ph, pl = _two_prod(sh, dh)
     sl = (((f - ph) - pl) - sh * dl) * inv           # (f - sh (m + 1)) / (m + 1)
@@ -381,7 +381,7 @@ def _log_fast(u):
     ed = bits_float(_lshr52(u) | _SHIFT_BITS) - (_SHIFT + 2048.0)   # float(e); AVX2 has
     m = bits_float((u & _MANT_MASK) + _SQRT_HALF_BITS)
     f = m - 1.0                                      # exact
-    s = f / (m + 1.0)                                # m + 1 = 2 + f
+    s = _div(f, m + 1.0)                             # m + 1 = 2 + f
     hfsq = 0.5 * f * f
     z = s * s
     w = z * z
@@ -411,7 +411,7 @@ def _log64(x):
 def _log1p64(x):
     uh, ul = _two_sum(1.0, x)          # 1 + x exactly; log(uh + ul) = log(uh) + ul/uh
     h, l = _log_fast(float_bits(uh) + _LOG_U)   # uh >= 2**-53: normal
-    r = h + (l + ul / uh)
+    r = h + (l + _div(ul, uh))
     r = _INF if x == _INF else r
     r = -_INF if x == -1.0 else r
     r = _NAN if (x < -1.0) | (x != x) else r
