@@ -220,7 +220,6 @@ class _Lazy:
         return self.function(*args)
 
 
-
 # Called once per chunk, not inlined: compiled once per installation (cached beside
 # this file) rather than again inside every kernel's loop (~0.3 s of its first compile).
 @numba.njit(error_model="numpy", cache=True)
