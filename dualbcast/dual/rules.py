@@ -7,7 +7,7 @@ NaN-safe helpers of :mod:`dualbcast.dual.partials`.
 import numba
 
 from . import partials as P
-from ..vmath import STAND_INS, with_vector_math
+from ..vmath import IMPLEMENTATION_OF, STAND_INS, with_vector_math
 from .dualtype import REAL, DualType, make_dual, value_of
 from .table import (BINARY, PIECEWISE_CONSTANT_BINARY, PIECEWISE_CONSTANT_UNARY, PREDICATES,
                     UNARY)
@@ -45,14 +45,17 @@ def mixed_case(x, y):
     return "dn" if isinstance(x, DualType) else "nd"
 
 
-def unary_rule(fn, derivative):
+def unary_rule(fn, derivative, value=None):
+    """``fn``'s rule for a dual: ``value(x)`` (``fn`` itself by default) on the value,
+    ``derivative(x, y)`` times the partials."""
     derivative = jit_rule(derivative)
+    value = fn if value is None else value
 
     @overload(fn)
     def rule(x):
         if isinstance(x, DualType):
             def impl(x):
-                y = fn(x.val)
+                y = value(x.val)
                 return make_dual(y, P.scale(x.parts, derivative(x.val, y)))
             return impl
         return None
@@ -119,7 +122,7 @@ def register_all():
     # line, its formula also using the stand-ins (d sin = vectorised cos).
     for fn, stand_in in STAND_INS.items():
         if fn in UNARY:
-            unary_rule(stand_in, with_vector_math(UNARY[fn]))
+            unary_rule(stand_in, with_vector_math(UNARY[fn]), IMPLEMENTATION_OF[stand_in])
         else:
             binary_rule(stand_in, *map(with_vector_math, BINARY[fn]))
     for fn, value_fn in PIECEWISE_CONSTANT_UNARY.items():

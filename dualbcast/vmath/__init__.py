@@ -67,6 +67,9 @@ def _vectorised_pow(x, y):
 
 #: ``math`` function -> its vectorisable stand-in.
 STAND_INS = {fn: _unary_stand_in(fn, impl) for fn, impl in _IMPLEMENTATIONS.items()}
+#: unary stand-in -> the vmath function it calls on a float (a dual rule calls that
+#: directly: one overload less to compile).
+IMPLEMENTATION_OF = {STAND_INS[fn]: impl for fn, impl in _IMPLEMENTATIONS.items()}
 STAND_INS[math.pow] = _pow_stand_in
 for _fn, _stand_in in STAND_INS.items():
     _stand_in.__name__ = _stand_in.__qualname__ = _fn.__name__
