@@ -12,6 +12,7 @@ import pytest
 
 import dualbcast as db
 from dualbcast.core import replay
+from dualbcast.rules.fused import exact_sum
 from replays import programs_of
 
 RNG = np.random.default_rng(11)
@@ -98,6 +99,32 @@ def test_the_eam_energy_is_fused_and_gives_the_traced_bits(fused_runs):
     value, gradient = vg(x)
     np.testing.assert_allclose(value, want[0], rtol=1e-13)
     np.testing.assert_allclose(gradient, want[1], rtol=1e-13)
+
+
+@pytest.mark.parametrize("size", [4097, 10 ** 4])
+def test_sums_over_several_chunks_are_added_up_exactly_as_the_replay_does(size, fused_runs):
+    # The chunks' sums (and a scalar argument's register gradient) added up by the
+    # fused function's own exact sum: the bits of math.fsum, which the replay uses.
+    def f(x, a, b):
+        p = scaled_wave.sum(x, a, b) + inverse_square.sum(x)
+        return p * p - b * p
+    argsets = [(RNG.uniform(0.05, 2.0, size), 1.0 + RNG.uniform(), 2.0 + RNG.uniform())
+               for _ in range(5)]
+    argsets[-1][0][::7] = 1e-5          # terms of 1e10 among terms of 1: every order differs
+    vg = _agree(f, argsets, argnums=(0, 1, 2))
+    assert _program(vg).fusion.function is not None
+    assert len(fused_runs) == 3
+
+
+def test_exact_sum_is_math_fsum():
+    rng = np.random.default_rng(5)
+    for n in [0, 1, 2, 3, 7, 40]:
+        for scale in [1.0, 1e-300, 1e300 / max(n, 1)]:
+            for values in (rng.standard_normal(n) * scale,
+                           rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n),
+                           np.array([1e-16, 1.0, 1e16, -0.0, 1.0, -1e16][:n])):
+                want = math.fsum(values.tolist())
+                assert np.float64(exact_sum(values)).tobytes() == np.float64(want).tobytes()
 
 
 def test_scalar_arguments_register_gradients_and_every_scalar_operator(fused_runs):
@@ -258,7 +285,8 @@ def test_a_constant_array_changed_in_place_is_seen(fused_runs):
 
 
 @pytest.mark.parametrize("make, why", [
-    (lambda: (np.ones(5000), lambda x: embed(rho.sum(x))), "two chunks"),
+    (lambda: (np.ones(db.config.parallel_threshold), lambda x: embed(rho.sum(x))),
+     "a loop large enough for threads"),
     (lambda: (np.ones(50, np.float32), lambda x: embed(rho.sum(x))), "float32"),
     (lambda: (np.ones(50), lambda x: embed(rho.sum(x * 2.0))), "a kernel of a computed array"),
     (lambda: (np.ones(50), lambda x: np.sum(x) * rho.sum(x)), "a NumPy reduction"),

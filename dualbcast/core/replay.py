@@ -267,8 +267,11 @@ class Program:
                 self.generated = generate(tape.records, self.guards, self.leaves, output,
                                           Rerun)
                 if plan_fusion is not None:
-                    self.fusion = plan_fusion(tape.records, values, self.leaves, output,
-                                              self.guards)
+                    try:
+                        self.fusion = plan_fusion(tape.records, values, self.leaves,
+                                                  output, self.guards)
+                    except Exception:   # not a user's error: the replay does without
+                        self.fusion = None
         kind, output = self.output
         return output if kind == "constant" else box_type(values[output], output, tape)
 

@@ -8,9 +8,10 @@ six scalar operations and their vjps, the gradient's scaling — around a loop o
 under a microsecond.  A program made only of
 
 - kernel sums ``k.sum(...)`` whose arguments are the differentiated arguments or
-  constants, over one chunk (up to 4096 elements: larger loops dwarf the Python), every
-  gradient float64 and either stored whole (an array argument) or summed in a register
-  (a scalar argument);
+  constants, below the size where their loops run on several threads
+  (``config.parallel_threshold``: larger loops dwarf the Python), every gradient
+  float64 and either stored whole (an array argument) or summed in a register (a
+  scalar argument);
 - scalar ``x + y``, ``x - y``, ``x * y``, ``x / y``, ``-x`` and ``x ** c`` (``c`` a
   constant) on float64;
 - no guards (no control flow on traced values), a float64 scalar output,
@@ -19,7 +20,8 @@ is written out as one function: each sum's loop (the kernel's own compiled loop)
 scalar forward pass, and the backward pass with every cotangent in a local variable.
 Python is left with the operands, the gradient arrays and one call (~2 µs).
 
-Exactly the replay's bits: the same IEEE operations in the same order (no fast-math);
+Exactly the replay's bits: the same IEEE operations in the same order (no fast-math;
+the chunks' partial sums added up correctly rounded, as ``math.fsum`` does);
 ``x ** c`` calls the C library's ``pow`` as NumPy does (LLVM would turn ``x ** 2.0``
 into ``x * x``, which rounds differently for about 0.1% of inputs).  NumPy warns
 about an overflow or an invalid operation in scalar code, so any non-finite scalar, or
@@ -42,6 +44,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ..config import config
 from ..core import replay
 from ..core.registry import SCALAR_UFUNC_VJPS
 from ..kernel.cache import load_loop
@@ -69,6 +72,53 @@ def _libm_pow(typingctx, x, y):
     return types.float64(types.float64, types.float64), codegen
 
 
+@numba.njit(error_model="numpy", cache=True)
+def exact_sum(values):
+    """``math.fsum(values)`` for finite values whose partial sums stay finite (else
+    inf or nan, which a fused program hands back): CPython's algorithm, Shewchuk's
+    exact partials, then their sum correctly rounded (half to even)."""
+    partials = np.empty(64)     # non-overlapping: at most ~2100 / 53 of them
+    n = 0
+    for x in values:
+        i = 0
+        for j in range(n):
+            y = partials[j]
+            if abs(x) < abs(y):
+                x, y = y, x
+            hi = x + y
+            lo = y - (hi - x)
+            if lo != 0.0:
+                partials[i] = lo
+                i += 1
+            x = hi
+        n = i
+        if x != 0.0:
+            partials[n] = x
+            n += 1
+    hi = 0.0
+    if n > 0:
+        n -= 1
+        hi = partials[n]
+        lo = 0.0
+        while n > 0:
+            x = hi
+            n -= 1
+            y = partials[n]
+            hi = x + y
+            lo = y - (hi - x)
+            if lo != 0.0:
+                break
+        # hi + lo is exactly halfway between two doubles only if the partials below
+        # do not push it one way: round half to even as fsum does.
+        if n > 0 and (lo < 0.0 and partials[n - 1] < 0.0 or
+                      lo > 0.0 and partials[n - 1] > 0.0):
+            y = lo * 2.0
+            x = hi + y
+            if y == x - hi:
+                hi = x
+    return hi
+
+
 def plan_fusion(records, values, leaves, output, guards):
     """A :class:`Fusion` of the program (its records as one run made them, with that
     run's ``values``), or None if it is not of the kind described above."""
@@ -94,7 +144,8 @@ class _Writer:
 
     def __init__(self, records, values, leaves, output):
         self.values, self.leaves, self.output = values, leaves, output
-        self.namespace = {"_pow": _libm_pow, "_finite": math.isfinite}
+        self.namespace = {"_pow": _libm_pow, "_finite": math.isfinite,
+                          "_exact_sum": exact_sum}
         self.params = []                # the fused function's parameters
         self.forward, self.backward = [], []
         self.kernels = []               # per kernel sum: (inputs, prepared, stored shapes)
@@ -218,7 +269,8 @@ class _Writer:
         _require(type(rule) is _SumRule and not kwargs and not others)
         prepared = rule.prepared
         _require(type(prepared) is PreparedCall and prepared.compiled
-                 and prepared.nchunks == 1 and prepared.plan.dtype == _FLOAT64)
+                 and prepared.size < config.parallel_threshold
+                 and prepared.plan.dtype == _FLOAT64)
         traced = dict(zip(argnums, parents))
         inputs = []                     # per argument: a leaf slot, or a constant
         for i, value in enumerate(saved):
@@ -245,12 +297,16 @@ class _Writer:
         self.kernels.append((inputs, prepared, _stored_shapes(prepared)))
         self.namespace.update({f"_loop{k}": prepared.loop, f"_shape{k}": prepared.plan.loop_shape,
                                f"_rows{k}": prepared.rows, "_empty": np.empty})
-        width = prepared.totals_width
-        self.forward += [f"t{k} = _empty((1, {width}))",
+        width, chunks = prepared.totals_width, prepared.nchunks
+        # The chunks' sums (row c of t: the sum and the register gradients of chunk c)
+        # added up as the replay adds them: one chunk as it is, several exactly.
+        total = (lambda column: f"t{k}[0, {column}]") if chunks == 1 else \
+            (lambda column: f"_exact_sum(t{k}[:, {column}])")
+        self.forward += [f"t{k} = _empty(({chunks}, {width}))",
                          f"r{k} = _empty(({width}, {prepared.chunk_size}))",
-                         f"_loop{k}(_shape{k}, 0, 1, _rows{k}, "
+                         f"_loop{k}(_shape{k}, 0, {chunks}, _rows{k}, "
                          f"{', '.join(operands + buffers)}, t{k}, r{k})",
-                         f"v{out} = t{k}[0, 0]",
+                         f"v{out} = {total(0)}",
                          f"if not _finite(v{out}): return FAILED"]
         # The sum rule's vjp: a zero cotangent gives zeros, one leaves the gradient as
         # it is, another scales it (a register gradient: times the cotangent).
@@ -259,7 +315,7 @@ class _Writer:
         for slot in parents:
             if slot in registers:
                 column += 1
-                lines += [f"    ct = 0.0 if g{out} == 0.0 else t{k}[0, {column}] * g{out}"]
+                lines += [f"    ct = 0.0 if g{out} == 0.0 else {total(column)} * g{out}"]
                 lines += ["    " + line for line in _add_scalar(slot)]
             else:
                 buffer, number = next(stored)
