@@ -99,7 +99,7 @@ class Replay:
 class Fused:
     """A replay fused into one Numba function (kernel sums and scalar code) over the
     same program replayed as generated Python (fusion turned off)."""
-    params = ["eam_1e2", "poly9_one_live_1e3"]
+    params = ["eam_1e2", "eam_1e4", "poly9_one_live_1e3"]
     param_names = ["case"]
 
     def setup(self, case):
