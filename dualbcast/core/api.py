@@ -1,7 +1,6 @@
 """``grad``, ``value_and_grad``, ``vjp`` and ``stop_gradient``: tracing a function on
 boxed arguments, then running the tape backward."""
 import functools
-import operator
 import threading
 from contextlib import contextmanager
 
@@ -154,9 +153,7 @@ def _run(f, args, kwargs, positions, out, single, call, replay):
 
 def _short_gradients(grads, leaves, structures, single):
     """The gradients of a replay on the short path, rebuilt per argument."""
-    handed_out = set()
-    gradients = [_gradient_like(leaf, grads[slot], handed_out)
-                 for slot, leaf in enumerate(leaves)]
+    gradients = _leaf_gradients(leaves, grads[:len(leaves)], set())
     results, start = [], 0
     for tree, count in structures:
         results.append(gradients[start] if tree is None
@@ -364,19 +361,24 @@ def _gradients(grads, inputs, given=()):
     handed_out = set()
     results = []
     for boxes, tree in inputs:
-        leaves = [grads[box.slot] for box in boxes]
-        # Python floats are their own gradients (the common case of a tuple of
-        # scalars: checked without a call per leaf).
-        if not (_FLOAT.issuperset(map(type, leaves))
-                and _FLOAT.issuperset(map(type, map(_value, boxes)))):
-            leaves = [ct if id(ct) in given else _gradient_like(box.value, ct, handed_out)
-                      for box, ct in zip(boxes, leaves)]
+        leaves = _leaf_gradients([box.value for box in boxes],
+                                 [grads[box.slot] for box in boxes], handed_out, given)
         results.append(leaves[0] if tree == LEAF else unflatten(tree, leaves))
     return tuple(results)
 
 
+def _leaf_gradients(primals, cotangents, handed_out, given=()):
+    """Each cotangent as the gradient of its primal (:func:`_gradient_like`); the
+    caller's out arrays (ids in ``given``) as they are."""
+    # Python floats are their own gradients (the common case of a tuple of scalars:
+    # checked without a call per leaf).
+    if _FLOAT.issuperset(map(type, cotangents)) and _FLOAT.issuperset(map(type, primals)):
+        return cotangents
+    return [ct if id(ct) in given else _gradient_like(primal, ct, handed_out)
+            for primal, ct in zip(primals, cotangents)]
+
+
 _FLOAT = frozenset({float})
-_value = operator.attrgetter("value")
 
 
 def _gradient_like(primal, ct, handed_out):
