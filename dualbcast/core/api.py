@@ -391,11 +391,13 @@ def _gradient_like(primal, ct, handed_out):
         return dtype.type(0 if ct is None else ct)
     if ct is None:
         return np.zeros(primal.shape, dtype)
-    if np.shape(ct) != primal.shape:
+    is_array = type(ct) is np.ndarray
+    if (ct.shape if is_array else np.shape(ct)) != primal.shape:
         raise RuntimeError(f"dualbcast internal error: a gradient of shape {np.shape(ct)} "
                            f"for an argument of shape {primal.shape}; please report it")
-    if type(ct) is np.ndarray and ct.dtype == dtype and ct.flags.owndata \
-            and ct.flags.writeable and id(ct) not in handed_out:
-        handed_out.add(id(ct))
-        return ct
+    if is_array and ct.dtype == dtype and id(ct) not in handed_out:
+        flags = ct.flags
+        if flags.owndata and flags.writeable:
+            handed_out.add(id(ct))
+            return ct
     return np.array(ct, dtype=dtype)

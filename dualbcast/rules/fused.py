@@ -399,8 +399,9 @@ class Fusion:
                            for item in inputs]
             args += prepared.plan.operands_for(kernel_args)
             for shape in shapes:
-                gradient_arrays.append(np.empty(shape))
-                args.append(gradient_arrays[-1].reshape(-1))
+                gradient = np.empty(shape)
+                gradient_arrays.append(gradient)
+                args.append(gradient if len(shape) == 1 else gradient.reshape(-1))
         result = self.function(*args)
         if not result[0]:
             return None
