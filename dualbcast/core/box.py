@@ -278,7 +278,7 @@ def _binary(ufunc, op):
                     partials = linear if type(linear) is tuple else linear(x, y)
                     if partials is not None and partials[0] is not None \
                             and partials[1] is not None:
-                        # _linear_record, inlined: the hottest path of all.
+                        # (as _with_constant records it, inlined: the hottest path)
                         try:
                             ans = op(x, y)
                         except Exception:
@@ -291,24 +291,17 @@ def _binary(ufunc, op):
                                              (x, y), linear, _BOTH))
                         return Box(ans, slot, tape)
         elif type(other) in _SCALARS and type(x) in _SCALARS and not tape.closed:
-            linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
-            if linear is not None:
-                partials = linear if type(linear) is tuple else linear(x, other)
-                if partials is not None and partials[0] is not None:
-                    return _linear_record(tape, op, x, other, (self.slot,), (partials[0],),
-                                          linear, _FIRST)
+            recorded = _with_constant(ufunc, op, x, other, self, 0)
+            if recorded is not None:
+                return recorded
         return _operator(ufunc, op, self, other)
 
     def reflected(self, other):
-        tape = self.tape
         y = self.value
-        if type(other) in _SCALARS and type(y) in _SCALARS and not tape.closed:
-            linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
-            if linear is not None:
-                partials = linear if type(linear) is tuple else linear(other, y)
-                if partials is not None and partials[1] is not None:
-                    return _linear_record(tape, op, other, y, (self.slot,), (partials[1],),
-                                          linear, _SECOND)
+        if type(other) in _SCALARS and type(y) in _SCALARS and not self.tape.closed:
+            recorded = _with_constant(ufunc, op, other, y, self, 1)
+            if recorded is not None:
+                return recorded
         return _operator(ufunc, op, other, self)
     return forward, reflected
 
@@ -318,8 +311,17 @@ def _binary(ufunc, op):
 _SCALARS = frozenset({float, int, np.float64, np.float32, np.int64})
 
 
-def _linear_record(tape, op, x, y, parents, partials, linear, argnums):
-    """``op(x, y)`` on scalars, recorded with its local ``partials`` (see tape.py)."""
+def _with_constant(ufunc, op, x, y, box, position):
+    """``op(x, y)`` on scalars where argument ``position`` is ``box`` (traced) and the
+    other a constant, recorded with its local partial (see tape.py); None when the
+    ufunc has no cheap partial for it (the general path records it)."""
+    linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
+    if linear is None:
+        return None
+    partials = linear if type(linear) is tuple else linear(x, y)
+    if partials is None or partials[position] is None:
+        return None
+    tape = box.tape
     try:
         ans = op(x, y)
     except Exception:               # np.seterr(all="raise"), a float ** overflowing
@@ -328,7 +330,8 @@ def _linear_record(tape, op, x, y, parents, partials, linear, argnums):
     values = tape.values
     slot = len(values)
     values.append(ans)
-    tape.records.append((slot, parents, partials, op, (x, y), linear, argnums))
+    tape.records.append((slot, (box.slot,), (partials[position],), op, (x, y), linear,
+                         (_FIRST, _SECOND)[position]))
     return Box(ans, slot, tape)
 
 
