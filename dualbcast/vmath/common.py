@@ -120,18 +120,20 @@ def f64(typingctx, x):
 @intrinsic
 def in_precision_of(typingctx, x, r):
     """The float64 result r in x's precision."""
-    result = types.float32 if x == types.float32 else types.float64
-
-    def codegen(context, builder, signature, args):
-        return context.cast(builder, args[1], types.float64, result)
-    return result(x, types.float64), codegen
+    return _rounded_result(x)
 
 
 @intrinsic
 def in_precision_of_both(typingctx, x, y, r):
     """The float64 result r as float32 if x and y are both float32."""
-    result = types.float32 if x == y == types.float32 else types.float64
+    return _rounded_result(x, y)
+
+
+def _rounded_result(*arguments):
+    """Signature and codegen of ``f(*arguments, r)``: the float64 r as float32 when every
+    argument is float32."""
+    result = types.float32 if all(a == types.float32 for a in arguments) else types.float64
 
     def codegen(context, builder, signature, args):
-        return context.cast(builder, args[2], types.float64, result)
-    return result(x, y, types.float64), codegen
+        return context.cast(builder, args[-1], types.float64, result)
+    return result(*arguments, types.float64), codegen
