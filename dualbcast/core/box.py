@@ -266,6 +266,16 @@ def _binary(ufunc, op):
     # code (a fold, a polynomial of a kernel's sum) is inlined here: scalar operands
     # and a ufunc with cheap local partials (+ - * and ** c) give a record of the
     # partials in one call; anything else goes the general way, through _operator.
+    # The ufunc's partials are looked up once, at the first call (rules register
+    # after this module is imported, before anything is traced): the lookup and its
+    # checks were a third of an op.
+    linear = constant_partials = _UNRESOLVED
+
+    def resolve():
+        nonlocal linear, constant_partials
+        linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
+        constant_partials = linear if type(linear) is tuple else None
+
     def forward(self, other):
         tape = self.tape
         x = self.value
@@ -273,51 +283,63 @@ def _binary(ufunc, op):
             y = other.value
             if type(x) in _SCALARS and type(y) in _SCALARS and other.tape is tape \
                     and not tape.closed:
-                linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
-                if linear is not None:
-                    partials = linear if type(linear) is tuple else linear(x, y)
-                    if partials is not None and partials[0] is not None \
-                            and partials[1] is not None:
-                        # (as _with_constant records it, inlined: the hottest path)
-                        try:
-                            ans = op(x, y)
-                        except Exception:
-                            raised(tape)
-                            raise
-                        values = tape.values
-                        slot = len(values)
-                        values.append(ans)
-                        tape.records.append((slot, (self.slot, other.slot), partials, op,
-                                             (x, y), linear, _BOTH))
-                        return Box(ans, slot, tape)
+                if linear is _UNRESOLVED:
+                    resolve()
+                partials = constant_partials
+                if partials is None and linear is not None:
+                    partials = linear(x, y)
+                    if partials is not None and (partials[0] is None or partials[1] is None):
+                        partials = None
+                if partials is not None:
+                    # (as _with_constant records it, inlined: the hottest path)
+                    try:
+                        ans = op(x, y)
+                    except Exception:
+                        raised(tape)
+                        raise
+                    values = tape.values
+                    slot = len(values)
+                    values.append(ans)
+                    tape.records.append((slot, (self.slot, other.slot), partials, op,
+                                         (x, y), linear, _BOTH))
+                    box = _new(Box)         # (no __init__ frame: a sixth of an op)
+                    box.value, box.slot, box.tape = ans, slot, tape
+                    return box
         elif type(other) in _SCALARS and type(x) in _SCALARS and not tape.closed:
-            recorded = _with_constant(ufunc, op, x, other, self, 0)
-            if recorded is not None:
-                return recorded
+            if linear is _UNRESOLVED:
+                resolve()
+            if linear is not None:
+                recorded = _with_constant(linear, op, x, other, self, 0)
+                if recorded is not None:
+                    return recorded
         return _operator(ufunc, op, self, other)
 
     def reflected(self, other):
         y = self.value
         if type(other) in _SCALARS and type(y) in _SCALARS and not self.tape.closed:
-            recorded = _with_constant(ufunc, op, other, y, self, 1)
-            if recorded is not None:
-                return recorded
+            if linear is _UNRESOLVED:
+                resolve()
+            if linear is not None:
+                recorded = _with_constant(linear, op, other, y, self, 1)
+                if recorded is not None:
+                    return recorded
         return _operator(ufunc, op, other, self)
     return forward, reflected
 
+
+_UNRESOLVED = object()
+_new = object.__new__
 
 # The scalars _binary's inlined path takes: a constant of these types needs no
 # snapshot (keep), and + - * on them give a scalar.
 _SCALARS = frozenset({float, int, np.float64, np.float32, np.int64})
 
 
-def _with_constant(ufunc, op, x, y, box, position):
+def _with_constant(linear, op, x, y, box, position):
     """``op(x, y)`` on scalars where argument ``position`` is ``box`` (traced) and the
-    other a constant, recorded with its local partial (see tape.py); None when the
-    ufunc has no cheap partial for it (the general path records it)."""
-    linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
-    if linear is None:
-        return None
+    other a constant, recorded with its local partial (``linear``: the ufunc's
+    partials, see tape.py); None when it has no cheap partial for these values (the
+    general path records it)."""
     partials = linear if type(linear) is tuple else linear(x, y)
     if partials is None or partials[position] is None:
         return None
@@ -332,7 +354,9 @@ def _with_constant(ufunc, op, x, y, box, position):
     values.append(ans)
     tape.records.append((slot, (box.slot,), (partials[position],), op, (x, y), linear,
                          (_FIRST, _SECOND)[position]))
-    return Box(ans, slot, tape)
+    box = _new(Box)
+    box.value, box.slot, box.tape = ans, slot, tape
+    return box
 
 
 def _operator(ufunc, op, x, y):
