@@ -112,14 +112,13 @@ def backward(tape, seeds):
     errors = ignore_float_errors()     # rules divide by zero on purpose (d log at 0)
     try:
         for record in reversed(tape.records):
-            out = record[0]
-            g = grads[out]
+            g = grads[record[0]]
             if g is None:
                 continue
-            grads[out] = None
             if len(record) == 7:
                 # (out_slot, parent_slots, local_partials, ...) of a scalar x + y, x - y,
-                # x * y.  A zero cotangent contributes nothing (NaN-safe: 0 * inf is 0).
+                # x * y (its scalar cotangent need not be dropped to free memory).  A
+                # zero cotangent contributes nothing (NaN-safe: 0 * inf is 0).
                 if g == 0:
                     continue
                 # One or two parents, unrolled (a loop costs a quarter of the record).
@@ -143,6 +142,7 @@ def backward(tape, seeds):
                         accumulate(grads, owned, values, slot, g * partials[1])
                 continue
             out_slot, parents, argnums, vjps, ans, args, kwargs, _, _ = record
+            grads[out_slot] = None          # dropped as soon as it is used (arrays: memory)
             for slot, i in zip(parents, argnums):
                 ct = vjps[i](g, ans, *args, **kwargs) if kwargs else vjps[i](g, ans, *args)
                 if grads[slot] is None and type(ct) is not SparseCotangent:
