@@ -153,6 +153,8 @@ def _run(f, args, kwargs, positions, out, single, call, replay):
 
 def _short_gradients(grads, leaves, structures, single):
     """The gradients of a replay on the short path, rebuilt per argument."""
+    if single and structures[0][0] is None:     # one array or float: the common case
+        return _gradient_like(leaves[0], grads[0], set())
     gradients = _leaf_gradients(leaves, grads[:len(leaves)], set())
     results, start = [], 0
     for tree, count in structures:

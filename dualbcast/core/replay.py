@@ -31,6 +31,7 @@ helper ``f`` calls, an array changed in place that only a derived value was comp
 from, a random number drawn inside ``f``, another side effect.  Pass such values as
 arguments, or use ``value_and_grad(f, replay=False)``.
 """
+import operator
 import struct
 import types
 import weakref
@@ -172,7 +173,7 @@ def free_variables(f):
     get, names, cells = f.__globals__.get, _names(code), f.__closure__ or ()
 
     def read():
-        found = [get(name) for name in names]
+        found = list(map(get, names))
         for cell in cells:
             try:
                 found.append(cell.cell_contents)
@@ -236,7 +237,7 @@ class Program:
         trace: ``f``'s free variables, the argument arrays' and the watched constants'
         contents."""
         free = read_free_variables()
-        if len(free) != len(self.free) or any(a is not b for a, b in zip(free, self.free)):
+        if len(free) != len(self.free) or not all(map(operator.is_, free, self.free)):
             raise GuardFailed           # f names another object than at the trace
         for given, kept in zip(arrays, self.arrays):
             if not identical(given, kept):
