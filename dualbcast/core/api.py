@@ -82,7 +82,8 @@ def value_and_grad(f, argnums=0, *, out=None, replay=True):
     (np.float64(6.0), (array([3., 3.]), 2.0))
     """
     single, _ = _check_argnums(argnums, f)     # checked now; positions at each call
-    # number of arguments -> (positions of the differentiated ones, a bool per argument)
+    # number of arguments -> (positions of the differentiated ones, a bool per argument,
+    # each position's rank in argument order)
     positions_for = {}
     programs = Programs(f, Box) if replay else None
     short_replay = replay and out is None       # the short path of Programs.replay_short
@@ -93,10 +94,11 @@ def value_and_grad(f, argnums=0, *, out=None, replay=True):
         if known is None:
             positions = _positions(argnums, len(args), f)
             known = positions_for[len(args)] = (
-                positions, tuple(i in positions for i in range(len(args))))
-        positions, differentiated = known
+                positions, tuple(i in positions for i in range(len(args))),
+                tuple(sorted(positions).index(i) for i in positions))
+        positions, differentiated, ranks = known
         if short_replay and not kwargs and getattr(_current, "tape", None) is None:
-            replayed = programs.replay_short(args, differentiated, positions, _SEED_FOR)
+            replayed = programs.replay_short(args, differentiated, ranks, _SEED_FOR)
             if replayed is not None:
                 value, grads, leaves, structures = replayed
                 return value, _short_gradients(grads, leaves, structures, single)

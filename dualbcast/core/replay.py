@@ -443,14 +443,15 @@ class Programs:
         return Call(self, entry, arrays)
 
 
-    def replay_short(self, args, differentiated, positions, seed_for):
+    def replay_short(self, args, differentiated, ranks, seed_for):
         """The common call on a short path: no keyword arguments, a program already
         generated (or fused), differentiated arguments of arrays and float scalars
         (alone or in tuples, lists, dicts).  ``(value, cotangents by leaf, leaves,
         structures)`` (per differentiated argument ``(treedef or None for a lone leaf,
         number of leaves)``), or None: the caller takes the general path, which also
         deals with whatever failed here.  ``seed_for``: the output's type -> the
-        backward pass's seed."""
+        backward pass's seed; ``ranks``: per differentiated argument in argnums' order,
+        its rank among them in argument order."""
         trees = []
         try:
             key, arrays = signature(args, None, differentiated, trees)
@@ -460,11 +461,9 @@ class Programs:
         program = None if entry is None else entry.program
         if program is None or program.generated is None or program.output[0] != "slot":
             return None
-        # (trees come in argument order; the leaves' slots follow argnums' order)
-        tree_of = dict(zip([i for i, traced in enumerate(differentiated) if traced], trees))
         values, structures = [], []
-        for i in positions:
-            leaves, tree = tree_of[i]
+        for rank in ranks:      # (trees come in argument order, the leaves' slots in argnums')
+            leaves, tree = trees[rank]
             values += leaves
             structures.append((tree, len(leaves)))
         # (every leaf is a float array or scalar: a program exists only for those)

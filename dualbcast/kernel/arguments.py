@@ -19,7 +19,8 @@ _SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
     np.uint64, np.float16, np.float32, np.float64))
 
 
-_ARRAY_LIKES = (list, tuple)
+# Dtypes a loop loads as they are (not float16, native byte order).
+_LOADABLE = frozenset(np.dtype(t) for t in (np.float64, np.float32))
 
 # How ``CallPlan.operands_for`` turns an argument into its loop operand.
 AS_SCALAR, FIRST_ELEMENT, FLAT, LOOP_VIEW = range(4)
@@ -42,15 +43,21 @@ class CallPlan:
         (validation, promotion, coalescing) is not repeated."""
         dtype = self.dtype
         # A Python float already is what Numba types as float64: no conversion needed.
-        exact = float if dtype == np.float64 else None
+        exact = float if dtype == _FLOAT64 else None
         operands = []
-        for i, (arg, recipe) in enumerate(zip(args, self.recipes)):
-            if type(arg) in _ARRAY_LIKES:
+        i = 0
+        for arg, recipe in zip(args, self.recipes):
+            kind = type(arg)
+            if kind is list or kind is tuple:
                 # A list or tuple has no signature key, so its plan was made from this
                 # very call (or, in a replay, from the same checked content).
                 arg = self.originals[i]
-            if recipe == AS_SCALAR:
-                operands.append(arg if type(arg) is exact else dtype.type(arg))
+            i += 1
+            if recipe == FLAT and kind is np.ndarray and arg.ndim == 1 \
+                    and arg.dtype in _LOADABLE:
+                operands.append(arg)            # the common case, first
+            elif recipe == AS_SCALAR:
+                operands.append(arg if kind is exact else dtype.type(arg))
             elif recipe == FIRST_ELEMENT:
                 operands.append(dtype.type(arg.reshape(-1)[0]))
             else:
