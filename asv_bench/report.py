@@ -84,6 +84,7 @@ def performance_table():
         folds[tape] = bp.FoldPerOp()
         folds[tape].setup(tape)
     first = bp.FirstGradient()
+    numba_first = bp.FirstGradientNumba()
     memory = bp.Memory()
     threads = bp.Threads()
     threads.setup()
@@ -100,6 +101,10 @@ def performance_table():
          f"{first.track_seconds_empty_cache():.2f} s"),
         ("first EAM gradient, fresh process, warm cache",
          f"{first.track_seconds_warm_cache():.2f} s"),
+        ("first EAM gradient, fresh process, numba.njit by hand",
+         f"{numba_first.track_seconds_hand_written():.2f} s"),
+        ("first call of a trivial numba.njit function, fresh process",
+         f"{numba_first.track_seconds_trivial_function():.2f} s"),
         ("value_and_grad of a sum-of-map, 10^7: allocated / gradient bytes",
          f"{memory.track_allocated_over_gradient_1e7():.4f}"),
         ("the same with out=", f"{memory.track_allocated_over_gradient_1e7_into_out():.4f}"),

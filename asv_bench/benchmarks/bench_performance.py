@@ -148,6 +148,40 @@ jax.block_until_ready(f(jnp.linspace(0.0, 1.0, 100)))
 print(time.perf_counter() - start)
 """
 
+# The floor Numba sets on this machine, beside the same measurement of dualbcast: the
+# EAM value and gradient written by hand with numba.njit (libm exp; compiled in the
+# fresh process, as a user's njit function is), and the first call of a trivial njit
+# function (importing Numba, initialising its compiler, compiling next to nothing).
+FIRST_GRADIENT_NUMBA = """
+import time
+start = time.perf_counter()
+import math
+import numpy as np
+import numba
+
+@numba.njit
+def energy_and_gradient(x, gradient):
+    p = 0.0
+    for i in range(x.size):
+        p += math.exp(-3.0 * (x[i] + 1.0))
+    dE_dp = 2.0 * p + 3.0 * p ** 2 + p ** 3
+    for i in range(x.size):
+        gradient[i] = -3.0 * dE_dp * math.exp(-3.0 * (x[i] + 1.0))
+    return p ** 2 + p ** 3 + 0.25 * p ** 4
+
+x = np.linspace(0.0, 1.0, 100)
+e = energy_and_gradient(x, np.empty_like(x))
+print(time.perf_counter() - start)
+"""
+
+FIRST_CALL_TRIVIAL_NUMBA = """
+import time
+start = time.perf_counter()
+import numba
+numba.njit(lambda x: x + 1.0)(1.0)
+print(time.perf_counter() - start)
+"""
+
 
 def _seconds(script, cache_dir):
     env = dict(os.environ, DUALBCAST_CACHE_DIR=cache_dir)
@@ -181,6 +215,20 @@ class FirstGradient:
             return float(done.stdout.strip().splitlines()[-1])
 
     track_seconds_empty_cache.unit = track_seconds_warm_cache.unit = "s"
+
+
+class FirstGradientNumba:
+    timeout = 600
+
+    def track_seconds_hand_written(self):
+        with tempfile.TemporaryDirectory() as cache:
+            return _seconds(FIRST_GRADIENT_NUMBA, cache)
+
+    def track_seconds_trivial_function(self):
+        with tempfile.TemporaryDirectory() as cache:
+            return _seconds(FIRST_CALL_TRIVIAL_NUMBA, cache)
+
+    track_seconds_hand_written.unit = track_seconds_trivial_function.unit = "s"
 
 
 class FirstGradientJax:
