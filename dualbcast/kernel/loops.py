@@ -19,10 +19,17 @@ Modes:
 Chunks: the outermost loop runs in chunks of ``rows`` iterations, and a loop call does
 the chunks ``lo <= c < hi``, so threads can share a call: ``parallel_loop``, compiled
 at the first call that splits, gives each of ``workers`` Numba threads a contiguous
-range of chunks and its own scratch row.  A chunk's values (and register gradients) go to a ``scratch``
-row of the calling thread and are added up by :func:`lane_sum` into ``totals`` (one row
-per chunk), which are added up exactly afterwards: a sum depends on the shape only,
-never on how many threads ran or on how LLVM compiled the loop.
+range of chunks and its own scratch row.  A chunk's values (and register gradients) go
+to a ``scratch`` row of the calling thread and are added up by :func:`lane_sum` into
+``totals`` (one row per chunk), which are added up exactly afterwards: a sum depends on
+the shape only, never on how many threads ran or on how LLVM compiled the loop.
+
+A chunk is a compiled function of its own (``chunk``), which ``loop`` calls (LLVM does
+not inline it: too large, vector math and all; a test checks): written inside the loop
+over chunks, the element loop re-materialised the vector math's constants in every
+iteration (two instructions each, with Numba's large code model), ~1.3x slower on one
+core.  The price is ~0.15 s more for a loop's first compile (LLVM optimises and emits
+the chunk's code again as part of the loop's).
 """
 import hashlib
 from dataclasses import dataclass
@@ -65,7 +72,7 @@ def loop_source(spec):
     if spec.mode in ("sum", "sum_partials"):
         params += ["totals", "scratch"]
 
-    head, chunk_head, body, chunk_tail = [], [], [], []
+    head, body, chunk_tail = [], [], []
     index = ", ".join(f"i{d}" for d in range(spec.ndim))
     flat = {0: "0", 1: "i0"}.get(spec.ndim, "k")       # position in the C-ordered output
     local = {0: "0", 1: "i0 - u0"}.get(spec.ndim, "k - k0")      # position in the chunk
@@ -111,10 +118,10 @@ def loop_source(spec):
             else:
                 body.append(f"g{j}[{index}] += p[{j}]")
 
-    lines = [f"def loop({', '.join(params)}):"] + ["    " + h for h in head]
-    lines.append("    for c in range(lo, hi):")
-    indent = " " * 8
-    lines += [indent + h for h in chunk_head]
+    # One chunk is a function of its own (see "A chunk is a compiled function" above).
+    chunk_params = ["c", "shape", "rows"] + params[4:]
+    lines = [f"def chunk({', '.join(chunk_params)}):"] + ["    " + h for h in head]
+    indent = " " * 4
     # Indices are unsigned: Numba then knows they are not negative and skips the
     # wraparound test on every access, which keeps LLVM's vector loop lean (~1.6x).
     if spec.ndim >= 1:
@@ -134,7 +141,11 @@ def loop_source(spec):
     lines += [indent + b for b in body]
     if spec.ndim >= 2:
         lines.append(indent + "k += _u(1)")
-    lines += ["        " + t for t in chunk_tail]
+    lines += ["    " + t for t in chunk_tail]
+    lines += ["", "",
+              f"def loop({', '.join(params)}):",
+              "    for c in range(lo, hi):",
+              f"        _chunk({', '.join(chunk_params)})"]
     return "\n".join(lines + _parallel_driver(params))
 
 
@@ -192,6 +203,7 @@ def compile_loop(spec, scalar_kernel, jit_options, cache_key=None):
     loop = namespace["loop"]
     loop.__doc__ = source
     cache = loop.__code__.co_filename.endswith(".py")
+    namespace["_chunk"] = numba.njit(**jit_options, nogil=True, cache=cache)(namespace["chunk"])
     compiled = numba.njit(**jit_options, nogil=True, cache=cache)(loop)
     namespace["_loop"] = compiled
     compiled.spec = spec
