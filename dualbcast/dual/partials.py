@@ -9,7 +9,8 @@ keeps ``sqrt(x) + y`` at ``x = 0`` from poisoning the partial with respect to ``
 Sums and negation need no such care and stay plain.
 """
 from numba import types
-from numba.extending import intrinsic, overload
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from .dualtype import REAL, DualType, as_float
 
@@ -121,16 +122,17 @@ def zeros(typingctx, parts):
     return parts(parts), codegen
 
 
-def partials_of(x, like):
+@intrinsic
+def partials_of(typingctx, x, like):
     """The partials of a dual, or zeros shaped like the tuple ``like`` for a number
     (a kernel whose result does not depend on its active arguments)."""
-    raise NotImplementedError("partials_of is only callable from Numba-compiled code")
-
-
-@overload(partials_of, inline="always")
-def _partials_of(x, like):
     if isinstance(x, DualType):
-        return lambda x, like: x.parts
-    if isinstance(x, REAL):
-        return lambda x, like: zeros(like)
+        def codegen(context, builder, sig, args):
+            return cgutils.create_struct_proxy(x)(context, builder, value=args[0]).parts
+        return x.partials_type(x, like), codegen
+    if isinstance(x, REAL) and _is_partials(like):
+        def codegen(context, builder, sig, args):
+            zero = context.get_constant(like.dtype, 0.0)
+            return context.make_tuple(builder, like, [zero] * like.count)
+        return like(x, like), codegen
     return None
