@@ -407,3 +407,19 @@ def test_lists_and_tuples_are_arrays_in_every_mode(weights):
                                               axis=tuple(range(value.ndim - 1))))
     g = db.grad(lambda x: np.sum(weighted_square(x, weights)))(x)
     np.testing.assert_allclose(g, grad_x)
+
+
+@pytest.mark.parametrize("kernel, value", [
+    (db.fast_broadcast(lambda x, a: a * 2.0), 6.0),     # a float that is not a dual
+    (db.fast_broadcast(lambda x, a: 1), 1.0),           # an integer literal
+    (db.fast_broadcast(lambda x, a: x > 100.0), 0.0),   # a bool
+])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_result_that_does_not_depend_on_the_argument_has_zero_partials(kernel, value, dtype):
+    x = np.linspace(0.0, 1.0, 5, dtype=dtype)
+    np.testing.assert_array_equal(kernel(x, 3.0), np.full(5, value, dtype))
+    values, partial = kernel.value_and_partials(x, 3.0, wrt=0)
+    np.testing.assert_array_equal(values, np.full(5, value, dtype))
+    assert partial.dtype == dtype and not partial.any()
+    total, gradient = kernel.sum_and_partials(x, 3.0, wrt=0)
+    assert total == 5 * value and gradient.dtype == dtype and not gradient.any()
