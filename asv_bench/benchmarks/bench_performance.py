@@ -73,12 +73,14 @@ class FoldPerOp:
     track_whole_gradient_microseconds_per_op.unit = "µs per op"
 
 
-def _best_in_turns(*calls, rounds=15):
-    """Each call's best time, the calls timed in turns (a difference of two times is
-    only as good as their noise: this machine's speed drifts between seconds)."""
+def _best_in_turns(*calls, rounds=150):
+    """Each call's best time, the calls timed in turns, in many short batches (a
+    difference of two times is only as good as their noise: this machine's speed
+    drifts between seconds, and the best of many short batches drifts least)."""
     best = [math.inf] * len(calls)
     for _ in range(rounds):
-        best = [min(b, best_time(call, repeat=1)) for b, call in zip(best, calls)]
+        best = [min(b, best_time(call, repeat=1, budget=0.002))
+                for b, call in zip(best, calls)]
     return best
 
 
