@@ -115,7 +115,7 @@ class FastBroadcast:
         with their signature, then reused.  A replay holds on to it: its arguments
         have the same signature on every run."""
         signature = signature_key(args)
-        wrt_key = wrt if type(wrt) is int else _wrt_key(wrt)
+        wrt_key = wrt if wrt is None or type(wrt) is int else _wrt_key(wrt)
         key = (mode, wrt_key, signature)
         call = self._prepared.get(key)
         if call is None:

@@ -16,7 +16,7 @@ CHUNK_ELEMENTS = 1 << 12     # elements per chunk of a loop (the unit threads sh
 class PreparedCall:
     __slots__ = ("kernel", "mode", "loop", "plan", "single", "scalar_type", "size",
                  "rows", "nchunks", "chunk_size", "totals_width", "splittable", "gradients",
-                 "all_stored", "compiled")
+                 "all_stored", "compiled", "sums")
 
     def __init__(self, kernel, mode, loop, plan, single, gradients, splittable):
         """``gradients``: per active argument ``(kind, shape, dtype, is_array)`` (the
@@ -38,12 +38,13 @@ class PreparedCall:
         self.all_stored = all(kind == STORE and _storable(dtype) == dtype
                               for kind, _, dtype, _ in gradients)
         self.compiled = False   # the first run compiles (or loads) the loop: one thread
+        self.sums = mode in ("sum", "sum_partials")
 
     # ------------------------------------------------------------------ the modes
 
     def map(self, args):
         out = np.empty(self.plan.shape, self.plan.dtype)
-        self._run(args, (out.reshape(-1),))
+        self._run(args, (out if out.ndim == 1 else out.reshape(-1),))
         return out if out.ndim else out[()]
 
     def sum(self, args):
@@ -123,7 +124,7 @@ class PreparedCall:
         """Run the loop over ``args`` into ``outputs``; for the sum modes, return the
         row ``(sum, register gradients...)`` added up over the chunks in order."""
         operands = self.plan.operands_for(args)
-        sums = self.mode in ("sum", "sum_partials")
+        sums = self.sums
         workers = min(config.threads, self.nchunks) if self.compiled and self.splittable \
             and self.size >= config.parallel_threshold else 1
         scratch = ()    # sums: (the rows each thread adds a chunk's values up in,)
@@ -172,7 +173,7 @@ class PreparedCall:
 
 
 def _first_rows(scratch):
-    return tuple(rows[0] for rows in scratch)       # the scratch of one thread
+    return (scratch[0][0],) if scratch else ()      # the scratch of one thread
 
 
 def _copied_into(target, gradient):
