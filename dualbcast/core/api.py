@@ -371,9 +371,15 @@ def _gradients(grads, inputs, given=()):
     handed_out = set()
     results = []
     for boxes, tree in inputs:
+        if tree == LEAF:            # a lone array or float: no lists
+            box = boxes[0]
+            ct = grads[box.slot]
+            results.append(ct if id(ct) in given else
+                           _gradient_like(box.value, ct, handed_out))
+            continue
         leaves = _leaf_gradients([box.value for box in boxes],
                                  [grads[box.slot] for box in boxes], handed_out, given)
-        results.append(leaves[0] if tree == LEAF else unflatten(tree, leaves))
+        results.append(unflatten(tree, leaves))
     return tuple(results)
 
 
