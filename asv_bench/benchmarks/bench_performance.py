@@ -185,14 +185,17 @@ print(time.perf_counter() - start)
 """
 
 
-def _seconds(script, cache_dir):
-    env = dict(os.environ, DUALBCAST_CACHE_DIR=cache_dir)
-    with tempfile.TemporaryDirectory() as where:      # a real file: Numba caches from it
-        path = os.path.join(where, "first_gradient.py")
+def _seconds(script, runs=1):
+    """Seconds the last of ``runs`` fresh processes running ``script`` prints, all with
+    one new, empty dualbcast cache (a second run finds the first one's cache warm)."""
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as where:
+        path = os.path.join(where, "first_gradient.py")   # a real file: Numba caches from it
         with open(path, "w") as file:
             file.write(script)
-        done = subprocess.run([sys.executable, path], env=env, capture_output=True,
-                              text=True, check=True, timeout=600)
+        env = dict(os.environ, DUALBCAST_CACHE_DIR=cache)
+        for _ in range(runs):
+            done = subprocess.run([sys.executable, path], env=env, capture_output=True,
+                                  text=True, check=True, timeout=600)
     return float(done.stdout.strip().splitlines()[-1])
 
 
@@ -200,21 +203,11 @@ class FirstGradient:
     timeout = 600
 
     def track_seconds_empty_cache(self):
-        with tempfile.TemporaryDirectory() as cache:
-            return _seconds(FIRST_GRADIENT, cache)
+        return _seconds(FIRST_GRADIENT)
 
     def track_seconds_warm_cache(self):
-        # Note: the script's file lives in a fresh directory each run, so this cache
-        # must be warmed by a first run of the very same file.
-        with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as where:
-            path = os.path.join(where, "first_gradient.py")
-            with open(path, "w") as file:
-                file.write(FIRST_GRADIENT)
-            env = dict(os.environ, DUALBCAST_CACHE_DIR=cache)
-            for _ in range(2):
-                done = subprocess.run([sys.executable, path], env=env, capture_output=True,
-                                      text=True, check=True, timeout=600)
-            return float(done.stdout.strip().splitlines()[-1])
+        # (the same file twice: its cache entries are keyed by its path)
+        return _seconds(FIRST_GRADIENT, runs=2)
 
     track_seconds_empty_cache.unit = track_seconds_warm_cache.unit = "s"
 
@@ -223,12 +216,10 @@ class FirstGradientNumba:
     timeout = 600
 
     def track_seconds_hand_written(self):
-        with tempfile.TemporaryDirectory() as cache:
-            return _seconds(FIRST_GRADIENT_NUMBA, cache)
+        return _seconds(FIRST_GRADIENT_NUMBA)
 
     def track_seconds_trivial_function(self):
-        with tempfile.TemporaryDirectory() as cache:
-            return _seconds(FIRST_CALL_TRIVIAL_NUMBA, cache)
+        return _seconds(FIRST_CALL_TRIVIAL_NUMBA)
 
     track_seconds_hand_written.unit = track_seconds_trivial_function.unit = "s"
 
@@ -242,8 +233,7 @@ class FirstGradientJax:
             raise NotImplementedError("jax is not installed")
 
     def track_seconds(self):
-        with tempfile.TemporaryDirectory() as cache:
-            return _seconds(FIRST_GRADIENT_JAX, cache)
+        return _seconds(FIRST_GRADIENT_JAX)
 
     track_seconds.unit = "s"
 
