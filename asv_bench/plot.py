@@ -19,7 +19,7 @@ from benchmarks.bench_kernels import best_time  # noqa: E402
 from benchmarks.gradients import SYSTEMS, eam, warmed_up  # noqa: E402
 
 SIZES = [10 ** k for k in range(2, 7)]
-LABELS = {"dualbcast": "dualbcast", "dualbcast_eager": "dualbcast, replay=False",
+LABELS = {"dualbcast": "dualbcast", "dualbcast_jit": "dualbcast jit",
           "numba": "numba.njit by hand (libm exp)",
           "numba_limit": "numba by hand, vectorised exp, 2 threads",
           "jax": "JAX jit", "torch": "PyTorch eager", "autograd": "autograd"}

@@ -52,7 +52,7 @@ def _first_call(db, mode):
 
 
 def gradient_table():
-    names = {"dualbcast": "dualbcast", "dualbcast_eager": "dualbcast, replay=False",
+    names = {"dualbcast": "dualbcast", "dualbcast_jit": "dualbcast jit",
              "numba": "numba.njit by hand",
              "numba_limit": "by hand, vectorised exp + threads", "jax": "JAX jit",
              "torch": "PyTorch eager", "autograd": "autograd"}

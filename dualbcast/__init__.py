@@ -2,8 +2,9 @@
 from . import rules as _rules  # noqa: F401  (registers the gradient rules with the core)
 from .config import config
 from .core import grad, stop_gradient, value_and_grad, vjp
+from .jit import jit
 from .kernel import FastBroadcast, KernelCompileError, fast_broadcast
 
-__all__ = ["FastBroadcast", "KernelCompileError", "config", "fast_broadcast", "grad",
+__all__ = ["FastBroadcast", "KernelCompileError", "config", "fast_broadcast", "grad", "jit",
            "stop_gradient", "value_and_grad", "vjp"]
 __version__ = "0.1.0"

@@ -8,7 +8,6 @@ import pytest
 
 import dualbcast as db
 from dualbcast.core import Box
-from dualbcast.core.replay import Program
 
 Point = collections.namedtuple("Point", "x y")
 
@@ -102,13 +101,14 @@ def test_scalar_arithmetic_with_constants_of_every_kind(kind, c):
     x, y = kind(1.5), kind(-0.5)
     expected = f(x, y)
     dx = float(y) + float(c) - 2 * float(x) + 2 * float(c) * float(x) + float(y) - 1 / float(c)
-    vg = db.value_and_grad(f, argnums=(0, 1))
-    for _ in range(Program.GENERATE_AFTER + 3):           # traced, replayed, generated
-        value, (gx, gy) = vg(x, y)
-        assert type(value) is type(expected) and value == expected
-        assert type(gx) is kind and type(gy) is kind
-        tolerance = 1e-6 if np.float32 in (kind, type(c)) else 1e-14
-        assert gx == pytest.approx(dx, rel=tolerance) and gy == pytest.approx(2 * float(x))
+    for vg in (db.value_and_grad(f, argnums=(0, 1)),
+               db.jit(db.value_and_grad(f, argnums=(0, 1)))):
+        for _ in range(4):                  # traced; with jit: recorded, replayed, generated
+            value, (gx, gy) = vg(x, y)
+            assert type(value) is type(expected) and value == expected
+            assert type(gx) is kind and type(gy) is kind
+            tolerance = 1e-6 if np.float32 in (kind, type(c)) else 1e-14
+            assert gx == pytest.approx(dx, rel=tolerance) and gy == pytest.approx(2 * float(x))
 
 
 # --- vjp and stop_gradient ----------------------------------------------------------------

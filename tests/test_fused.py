@@ -1,4 +1,4 @@
-"""Fused replays (dualbcast/rules/fused.py): a program of kernel sums and scalar
+"""Fused replays (dualbcast/jit/fusion.py): a program of kernel sums and scalar
 arithmetic compiled into one Numba function gives the bits a trace gives — value,
 gradients, their types — on every call, and hands back to the replay whatever it does
 not cover (non-finite values, errors, guards, large or float32 loops)."""
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import dualbcast as db
-from dualbcast.core import replay
-from dualbcast.rules.fused import exact_sum
+from dualbcast.jit import program as replay
+from dualbcast.jit.fusion import exact_sum
 from replays import programs_of
 
 RNG = np.random.default_rng(11)
@@ -20,8 +20,8 @@ RNG = np.random.default_rng(11)
 
 @pytest.fixture(autouse=True)
 def fuse_at_once(monkeypatch):
-    """Record at the first call, generate at the first replay, fuse at the next."""
-    monkeypatch.setattr(replay, "RECORD_FROM_CALL", 1)
+    """Record at the first call, generate at the first replay, fuse at the next (jit's
+    own policy: set here so that the tests say what they rely on)."""
     monkeypatch.setattr(replay.Program, "GENERATE_AFTER", 1)
     monkeypatch.setattr(replay.Program, "FUSE_AFTER", 1)
 
@@ -77,8 +77,8 @@ def _same(got, want):
 
 def _agree(f, argsets, argnums=0):
     """Replayed (fused after the second call) against traced on every call."""
-    vg = db.value_and_grad(f, argnums)
-    traced = db.value_and_grad(f, argnums, replay=False)
+    vg = db.jit(db.value_and_grad(f, argnums))
+    traced = db.value_and_grad(f, argnums)
     for args in argsets:
         _same(vg(*args), traced(*args))
     return vg
@@ -179,7 +179,7 @@ def test_negation_and_division(fused_runs):
 def test_a_division_by_zero_is_seen_as_when_traced(fused_runs):
     def f(x, a):
         return rho.sum(x) / a
-    vg = db.value_and_grad(f, argnums=(0, 1))
+    vg = db.jit(db.value_and_grad(f, argnums=(0, 1)))
     for _ in range(3):
         vg(np.ones(4), 2.0)
     assert len(fused_runs) == 1
@@ -187,7 +187,7 @@ def test_a_division_by_zero_is_seen_as_when_traced(fused_runs):
         got = vg(np.ones(4), 0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _same(got, db.value_and_grad(f, argnums=(0, 1), replay=False)(np.ones(4), 0.0))
+        _same(got, db.value_and_grad(f, argnums=(0, 1))(np.ones(4), 0.0))
     assert got[0] == np.inf and len(fused_runs) == 1
 
 
@@ -231,7 +231,7 @@ def test_leaves_no_cotangent_reaches_get_zeros(fused_runs):
 
 
 def test_each_call_gets_fresh_gradient_arrays(fused_runs):
-    vg = db.value_and_grad(lambda x: embed(rho.sum(x)))
+    vg = db.jit(db.value_and_grad(lambda x: embed(rho.sum(x))))
     x = RNG.uniform(0, 1, 30)
     gradients = [vg(x)[1] for _ in range(5)]
     assert len(fused_runs) == 3
@@ -244,7 +244,7 @@ def test_an_overflow_hands_the_call_back_and_warns_like_a_trace(fused_runs):
     def f(x):
         p = rho.sum(x)
         return p ** 300.0
-    vg = db.value_and_grad(f)
+    vg = db.jit(db.value_and_grad(f))
     small = np.full(4, 0.1)
     for _ in range(3):
         vg(small)
@@ -254,7 +254,7 @@ def test_an_overflow_hands_the_call_back_and_warns_like_a_trace(fused_runs):
         value, gradient = vg(large)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _same((value, gradient), db.value_and_grad(f, replay=False)(large))
+        _same((value, gradient), db.value_and_grad(f)(large))
     assert len(fused_runs) == 1
 
 
@@ -262,13 +262,13 @@ def test_an_infinite_sum_hands_the_call_back(fused_runs):
     """(The dual power gives inf at 0, as NumPy does; a non-finite sum is left to the
     replay, which gives what a trace gives.)"""
     f = lambda x: inverse_square.sum(x) * 2.0       # noqa: E731
-    vg = db.value_and_grad(f)
+    vg = db.jit(db.value_and_grad(f))
     x = np.linspace(1, 2, 5)
     for _ in range(3):
         vg(x)
     assert len(fused_runs) == 1
     x[2] = 0.0
-    _same(vg(x), db.value_and_grad(f, replay=False)(x))
+    _same(vg(x), db.value_and_grad(f)(x))
     assert len(fused_runs) == 1
 
 
@@ -280,7 +280,7 @@ def test_a_constant_array_changed_in_place_is_seen(fused_runs):
     x = RNG.uniform(0, 1, 16)
     vg = _agree(f, [(x,)] * 3)
     weights[3] = 7.0                        # the next call traces again
-    _same(vg(x), db.value_and_grad(f, replay=False)(x))
+    _same(vg(x), db.value_and_grad(f)(x))
     np.testing.assert_allclose(vg(x)[1], 3.0 * weights * 2.0 * np.cos(2.0 * x), rtol=1e-13)
 
 
@@ -303,7 +303,7 @@ def test_fused_results_match_central_differences():
         p = scaled_wave.sum(x, 1.3, c)
         return p * p - 0.5 * p ** 3 + c * p
     x, c = RNG.uniform(0, 1, 7), 0.9
-    vg = db.value_and_grad(f, argnums=(0, 1))
+    vg = db.jit(db.value_and_grad(f, argnums=(0, 1)))
     for _ in range(3):
         _, (gx, gc) = vg(x, c)
     h = 1e-6

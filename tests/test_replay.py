@@ -1,4 +1,4 @@
-"""Replay (dualbcast/core/replay.py): a value_and_grad function traces once per
+"""Replay (dualbcast/jit): a jitted value_and_grad function traces once per
 signature and replays afterwards, and a replay never differs from a trace.
 
 Each test counts how often the function's Python body runs (a trace runs it, a replay
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dualbcast as db
-from dualbcast.core import replay
+from dualbcast.jit import program as replay
 from dualbcast.testing import check_grads
 from replays import programs_of
 
@@ -23,9 +23,7 @@ RNG = np.random.default_rng(7)
 @pytest.fixture(autouse=True, params=["interpreted", "generated"])
 def replay_mode(request, monkeypatch):
     """Every test twice: replays interpreted, and replays running generated code from
-    the second replay on; programs recorded from the first call (the default, the
-    second, is tested on its own)."""
-    monkeypatch.setattr(replay, "RECORD_FROM_CALL", 1)
+    the second replay on (programs are recorded at the first call)."""
     monkeypatch.setattr(replay.Program, "GENERATE_AFTER",
                         1 if request.param == "generated" else 10 ** 9)
     return request.param
@@ -57,7 +55,7 @@ def eam(np, rho_sum):
 
 def test_eam_traces_once_and_replays_the_right_gradients():
     f = Counted(eam(np, rho.sum))
-    vg = db.value_and_grad(f)
+    vg = db.jit(db.value_and_grad(f))
     want = autograd.value_and_grad(eam(anp, lambda x: anp.sum(anp.exp(-3.0 * (x + 1.0)))))
     for _ in range(4):
         x = RNG.uniform(0, 1, 50)
@@ -68,14 +66,14 @@ def test_eam_traces_once_and_replays_the_right_gradients():
     assert f.runs == 1
 
 
-def test_replay_false_traces_every_call():
+def test_without_jit_every_call_traces():
     f = Counted(eam(np, rho.sum))
-    vg = db.value_and_grad(f, replay=False)
+    vg = db.value_and_grad(f)
     for _ in range(3):
         vg(RNG.uniform(0, 1, 5))
     assert f.runs == 3
     g = Counted(eam(np, rho.sum))
-    grad = db.grad(g, replay=False)
+    grad = db.grad(g)
     grad(np.ones(3))
     grad(np.ones(3))
     assert g.runs == 2
@@ -93,7 +91,7 @@ def qux(np):
 @pytest.mark.parametrize("repeat", [1, 2])
 def test_qux_each_branch_combination_is_its_own_replay(repeat):
     f = Counted(qux(np))
-    grad = db.grad(f, argnums=2)
+    grad = db.jit(db.grad(f, argnums=2))
     want = autograd.grad(qux(anp), 2)
     combinations = [(True, False), (False, True), (True, True), (False, False)]
     for _ in range(repeat):
@@ -109,7 +107,7 @@ def test_a_branch_on_a_traced_value_is_checked_on_every_replay():
             return np.sin(x) * x
         return np.cos(x) - x
     f = Counted(body)
-    grad = db.grad(f)
+    grad = db.jit(db.grad(f))
     assert grad(1.0) == pytest.approx(math.cos(1.0) * 1.0 + math.sin(1.0))
     assert grad(2.0) == pytest.approx(math.cos(2.0) * 2.0 + math.sin(2.0))
     assert f.runs == 1                                  # same branch: replayed
@@ -126,7 +124,7 @@ def test_bool_of_a_traced_value_and_a_while_loop():
             y = y * 2.0
         return y
     f = Counted(body)
-    grad = db.grad(f)
+    grad = db.jit(db.grad(f))
     assert grad(3.0) == 4.0             # 3 -> 6 -> 12
     assert grad(4.0) == 4.0             # 4 -> 8 -> 16: same path, replayed
     assert f.runs == 1
@@ -138,7 +136,7 @@ def test_a_mask_from_a_comparison_is_checked():
     def body(np):
         return lambda x: np.sum(np.where(x > 0, x ** 2, np.sin(x)))
     f = Counted(body(np))
-    grad = db.grad(f)
+    grad = db.jit(db.grad(f))
     want = autograd.grad(body(anp))
     x = np.array([1.0, -2.0, 3.0])
     np.testing.assert_allclose(grad(x), want(x))
@@ -152,7 +150,7 @@ def test_a_mask_from_a_comparison_is_checked():
 
 def test_an_index_from_argmax_is_checked():
     f = Counted(lambda x: x[np.argmax(x)] * 3.0 + np.sum(x))
-    grad = db.grad(f)
+    grad = db.jit(db.grad(f))
     np.testing.assert_array_equal(grad(np.array([1.0, 5.0, 2.0])), [1.0, 4.0, 1.0])
     np.testing.assert_array_equal(grad(np.array([0.0, 3.0, 2.0])), [1.0, 4.0, 1.0])
     assert f.runs == 1
@@ -162,7 +160,7 @@ def test_an_index_from_argmax_is_checked():
 
 def test_an_integer_cast_of_a_traced_value_is_checked():
     f = Counted(lambda x: x * np.sum(x.astype(np.int64)))
-    grad = db.grad(f)
+    grad = db.jit(db.grad(f))
     assert grad(np.array(2.5)) == 2.0
     assert grad(np.array(2.7)) == 2.0
     assert f.runs == 1
@@ -172,13 +170,13 @@ def test_an_integer_cast_of_a_traced_value_is_checked():
 
 def test_a_flipping_branch_stops_being_recorded():
     f = Counted(lambda x: np.sin(x) if x > 0 else np.cos(x))
-    grad = db.grad(f)
+    grad = db.jit(db.grad(f))
     xs = [1.0, -1.0] * 12
     for x in xs:
         want = math.cos(x) if x > 0 else -math.sin(x)
         assert grad(x) == pytest.approx(want)
     assert f.runs == len(xs)            # every call traced, every gradient right
-    vg = db.value_and_grad(f)
+    vg = db.jit(db.value_and_grad(f))
     for x in xs:
         vg(x)
     calls_before = f.runs
@@ -191,7 +189,7 @@ def test_a_flipping_branch_stops_being_recorded():
 
 def test_non_differentiated_array_argument_is_compared_by_content():
     f = Counted(lambda x, a: np.sum(x * a) + np.sum(a))
-    vg = db.value_and_grad(f)
+    vg = db.jit(db.value_and_grad(f))
     x = np.arange(3.0)
     a = np.array([1.0, 2.0, 3.0])
     assert vg(x, a)[0] == 14.0
@@ -207,7 +205,7 @@ def test_non_differentiated_array_argument_is_compared_by_content():
 @pytest.mark.parametrize("first, second", [(0.0, -0.0), (2, 2.0), (True, 1), (np.float32(1), 1.0)])
 def test_non_differentiated_numbers_are_compared_by_type_and_bits(first, second):
     f = Counted(lambda x, c: np.sum(x / np.asarray(c, dtype=float)))
-    grad = db.grad(f)
+    grad = db.jit(db.grad(f))
     x = np.ones(2)
     np.testing.assert_array_equal(grad(x, first), 1.0 / np.asarray(first, dtype=float))
     np.testing.assert_array_equal(grad(x, second), 1.0 / np.asarray(second, dtype=float))
@@ -217,7 +215,7 @@ def test_non_differentiated_numbers_are_compared_by_type_and_bits(first, second)
 def test_a_global_array_changed_in_place_is_noticed():
     weights = np.array([1.0, 2.0, 3.0])
     f = Counted(lambda x: np.sum(x * weights))
-    grad = db.grad(f)
+    grad = db.jit(db.grad(f))
     np.testing.assert_array_equal(grad(np.zeros(3)), [1.0, 2.0, 3.0])
     weights *= 2.0
     np.testing.assert_array_equal(grad(np.zeros(3)), [2.0, 4.0, 6.0])
@@ -233,7 +231,7 @@ def test_a_constant_array_a_kernel_reads_changed_in_place_is_noticed():
 
     weights = np.array([1.0, 2.0, 3.0])
     f = Counted(lambda x: scaled.sum(x, weights))
-    grad = db.grad(f)
+    grad = db.jit(db.grad(f))
     np.testing.assert_array_equal(grad(np.ones(3)), [2.0, 4.0, 6.0])
     weights[1] = 0.0
     np.testing.assert_array_equal(grad(np.ones(3)), [2.0, 0.0, 6.0])
@@ -247,13 +245,13 @@ def test_a_large_constant_in_a_kernel_is_not_copied_so_not_replayed():
 
     weights = np.ones(200_000)                  # 1.6 MB: above the copy limit
     f = Counted(lambda a: scaled.sum(a, weights))
-    grad = db.grad(f)
+    grad = db.jit(db.grad(f))
     assert grad(2.0) == 200_000.0
     weights[:] = 2.0
     assert grad(2.0) == 400_000.0
     assert f.runs == 2
     weights.flags.writeable = False             # read-only: another view could write it
-    grad = db.grad(f)
+    grad = db.jit(db.grad(f))
     grad(1.0)
     grad(1.0)
     assert f.runs == 4
@@ -261,7 +259,7 @@ def test_a_large_constant_in_a_kernel_is_not_copied_so_not_replayed():
 
 def test_a_new_shape_dtype_or_structure_traces_again():
     f = Counted(lambda p: np.sum(p["w"] ** 2) + p["b"])
-    grad = db.grad(f)
+    grad = db.jit(db.grad(f))
     params = {"w": np.ones(3), "b": 1.0}
     assert grad(params)["w"].tolist() == [2.0, 2.0, 2.0]
     assert f.runs == 1
@@ -280,7 +278,7 @@ def test_an_argument_that_cannot_be_compared_means_tracing_every_call():
     class Settings:
         scale = 2.0
     f = Counted(lambda x, s: np.sum(x) * s.scale)
-    grad = db.grad(f)
+    grad = db.jit(db.grad(f))
     settings = Settings()
     assert grad(np.ones(2), settings).tolist() == [2.0, 2.0]
     settings.scale = 3.0
@@ -293,12 +291,12 @@ def test_printing_or_stop_gradient_means_tracing_every_call(capsys):
         print(f"x = {x:.1f}")
         return x * x
 
-    grad = db.grad(printing)
+    grad = db.jit(db.grad(printing))
     grad(1.0)
     grad(2.0)
     assert capsys.readouterr().out == "x = 1.0\nx = 2.0\n"
     f = Counted(lambda x: x * db.stop_gradient(x))
-    grad = db.grad(f)
+    grad = db.jit(db.grad(f))
     assert grad(2.0) == 2.0
     assert grad(3.0) == 3.0
     assert f.runs == 2
@@ -309,19 +307,19 @@ def test_printing_or_stop_gradient_means_tracing_every_call(capsys):
 def test_out_buffers_are_filled_by_replays():
     f = Counted(eam(np, rho.sum))
     buffer = np.empty(20)
-    vg = db.value_and_grad(f, out=buffer)
+    vg = db.jit(db.value_and_grad(f, out=buffer))
     for _ in range(3):
         x = RNG.uniform(0, 1, 20)
         _, gradient = vg(x)
         assert gradient is buffer
-        np.testing.assert_allclose(buffer, db.grad(eam(np, rho.sum), replay=False)(x),
+        np.testing.assert_allclose(buffer, db.grad(eam(np, rho.sum))(x),
                                    rtol=1e-14)
     assert f.runs == 1
 
 
 def test_a_constant_output_replays_to_a_zero_gradient():
     f = Counted(lambda x: 3.0)
-    vg = db.value_and_grad(f)
+    vg = db.jit(db.value_and_grad(f))
     assert vg(np.ones(2))[0] == 3.0
     value, gradient = vg(np.ones(2))
     assert value == 3.0 and gradient.tolist() == [0.0, 0.0]
@@ -329,7 +327,7 @@ def test_a_constant_output_replays_to_a_zero_gradient():
 
 
 def test_replayed_gradients_are_fresh_arrays():
-    grad = db.grad(lambda x: np.sum(np.sin(x)))
+    grad = db.jit(db.grad(lambda x: np.sum(np.sin(x))))
     first = grad(np.zeros(3))
     second = grad(np.zeros(3))
     assert first is not second and not np.shares_memory(first, second)
@@ -362,7 +360,7 @@ def test_memoised_computation_graph_and_fold_replay():
     for f, oracle, make in [(graph, agraph, lambda: RNG.standard_normal(5)),
                             (fold, fold, lambda: tuple(RNG.standard_normal(16)))]:
         counted = Counted(f)
-        grad = db.grad(counted)
+        grad = db.jit(db.grad(counted))
         for _ in range(3):
             x = make()
             got, want = grad(x), autograd.grad(oracle)(x)
@@ -371,10 +369,10 @@ def test_memoised_computation_graph_and_fold_replay():
 
 
 def test_replaying_inside_another_trace_is_refused():
-    grad = db.grad(lambda x: x * x)
+    grad = db.jit(db.grad(lambda x: x * x))
     grad(1.0)
     with pytest.raises(NotImplementedError, match="nested"):
-        db.grad(lambda y: grad(y))(1.0)
+        db.jit(db.grad(lambda y: grad(y)))(1.0)
 
 
 @settings(max_examples=40, deadline=None)
@@ -389,8 +387,8 @@ def test_replay_equals_tracing_on_branchy_array_code(shape, signs, seed):
             y = y * np.tanh(y)
         return np.sum(y) + (np.max(y) if np.size(y) else 0.0)
 
-    replaying = db.value_and_grad(body)
-    tracing = db.value_and_grad(body, replay=False)
+    replaying = db.jit(db.value_and_grad(body))
+    tracing = db.value_and_grad(body)
     rng = np.random.default_rng(seed)
     for sign in signs:
         x = sign * rng.uniform(0.1, 2.0, shape)
@@ -417,7 +415,7 @@ def test_a_rebound_global_or_closure_variable_named_by_f_is_noticed():
     def f(x):                                   # a function: its free variables are known
         runs.append(1)
         return np.sum(x * rows[index])
-    grad = db.grad(f)
+    grad = db.jit(db.grad(f))
     np.testing.assert_array_equal(grad(np.zeros(2)), [1.0, 2.0])
     index = 1                                   # a closure variable rebound
     np.testing.assert_array_equal(grad(np.zeros(2)), [3.0, 4.0])
@@ -426,7 +424,7 @@ def test_a_rebound_global_or_closure_variable_named_by_f_is_noticed():
     assert len(runs) == 2
     global GLOBAL_SCALE
     GLOBAL_SCALE = 2.0
-    vg = db.value_and_grad(scaled_by_global)
+    vg = db.jit(db.value_and_grad(scaled_by_global))
     assert vg(1.0) == (2.0, 2.0)
     GLOBAL_SCALE = 5.0                          # a global rebound
     assert vg(1.0) == (5.0, 5.0)
@@ -458,8 +456,8 @@ def everything(x, w):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_replayed_code_equals_tracing_for_every_kind_of_record(dtype):
-    replaying = db.value_and_grad(everything, argnums=(0, 1))
-    tracing = db.value_and_grad(everything, argnums=(0, 1), replay=False)
+    replaying = db.jit(db.value_and_grad(everything, argnums=(0, 1)))
+    tracing = db.value_and_grad(everything, argnums=(0, 1))
     rng = np.random.default_rng(3)
     for _ in range(4):
         x = rng.uniform(-1, 1, (3, 2)).astype(dtype)
@@ -477,29 +475,25 @@ def test_a_function_writing_into_its_argument_is_traced_again():
         counts += 1.0                   # a side effect on a non-differentiated argument
         return np.sum(x * counts)
 
-    grad = db.grad(f)
+    grad = db.jit(db.grad(f))
     counts = np.zeros(2)
     np.testing.assert_array_equal(grad(np.ones(2), counts), [1.0, 1.0])
     np.testing.assert_array_equal(grad(np.ones(2), counts), [2.0, 2.0])
     np.testing.assert_array_equal(counts, [2.0, 2.0])
 
 
-def test_by_default_a_signature_is_recorded_at_its_second_call(monkeypatch):
-    monkeypatch.setattr(replay, "RECORD_FROM_CALL", 2)
+def test_jit_records_at_the_first_call():
     f = Counted(lambda x: np.sum(np.sin(x)))
-    grad = db.grad(f)
-    for expected_runs in (1, 2, 2, 2):      # traced, traced and recorded, replayed...
+    grad = db.jit(db.grad(f))
+    for expected_runs in (1, 1, 1, 1):      # traced and recorded, replayed...
         np.testing.assert_allclose(grad(np.full(2, 0.5)), np.cos(np.full(2, 0.5)))
         assert f.runs == expected_runs
-    one_shot = Counted(lambda x: np.sum(np.sin(x)))
-    db.grad(one_shot)(np.ones(2))
-    assert one_shot.runs == 1
 
 
 def test_generated_code_takes_over_after_enough_replays(monkeypatch):
     monkeypatch.setattr(replay.Program, "GENERATE_AFTER", 3)
-    vg = db.value_and_grad(eam(np, rho.sum))
-    want = db.value_and_grad(eam(np, rho.sum), replay=False)
+    vg = db.jit(db.value_and_grad(eam(np, rho.sum)))
+    want = db.value_and_grad(eam(np, rho.sum))
     programs = programs_of(vg)
     for call in range(6):
         x = RNG.uniform(0, 1, 7)
@@ -517,8 +511,8 @@ def agree(f, calls, **options):
     """``f``'s value and gradient by replaying and by tracing, call after call: the
     same bits.  ``calls``: argument tuples, or functions returning one (they may change
     state between calls)."""
-    replaying = db.value_and_grad(f, **options)
-    tracing = db.value_and_grad(f, replay=False, **options)
+    replaying = db.jit(db.value_and_grad(f, **options))
+    tracing = db.value_and_grad(f, **options)
     for call in calls:
         args = call() if callable(call) else call
         got, want = replaying(*args), tracing(*args)
@@ -638,7 +632,7 @@ def test_a_long_program_is_not_generated(monkeypatch):
         for x in xs[1:]:
             total = total - x
         return total
-    vg = db.value_and_grad(fold)
+    vg = db.jit(db.value_and_grad(fold))
     xs = tuple(float(i) for i in range(20))
     for _ in range(4):
         assert vg(xs)[1] == (1.0,) + (-1.0,) * 19
@@ -659,8 +653,8 @@ def test_argnums_out_of_order_with_structured_arguments():
         for k in range(5):
             yield (np.ones(3) * k, (np.arange(3.0) - k, {"w": [np.full(3, 2.5 + k)]}),
                    np.arange(3.0) + k)
-    replaying = db.value_and_grad(f, argnums=(2, 0, 1))
-    tracing = db.value_and_grad(f, argnums=(2, 0, 1), replay=False)
+    replaying = db.jit(db.value_and_grad(f, argnums=(2, 0, 1)))
+    tracing = db.value_and_grad(f, argnums=(2, 0, 1))
     for args in calls():
         (value, got), (want_value, want) = replaying(*args), tracing(*args)
         assert value == want_value
@@ -668,7 +662,7 @@ def test_argnums_out_of_order_with_structured_arguments():
                         (want[0], want[1], want[2][0], want[2][1]["w"][0])):
             np.testing.assert_array_equal(g, w)
     f = Counted(f)
-    replaying = db.value_and_grad(f, argnums=(2, 0, 1))
+    replaying = db.jit(db.value_and_grad(f, argnums=(2, 0, 1)))
     for args in calls():
         replaying(*args)
     assert f.runs == 1
@@ -676,7 +670,7 @@ def test_argnums_out_of_order_with_structured_arguments():
 
 def test_a_float_leaf_in_a_structure_gets_a_float_gradient():
     f = Counted(lambda xs, ys: xs[0] * ys["y"] + xs[1] ** 2)
-    vg = db.value_and_grad(f, argnums=(1, 0))
+    vg = db.jit(db.value_and_grad(f, argnums=(1, 0)))
     for k in range(4):
         value, (gy, gx) = vg((1.5 + k, np.float64(0.5)), {"y": 2.0})
         assert type(gy["y"]) is float and gy["y"] == 1.5 + k

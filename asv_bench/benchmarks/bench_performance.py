@@ -1,10 +1,10 @@
 """The performance issue's own measurements, each beside its reference:
 
 - ``FoldPerOp``: the tape's marginal cost per recorded op, forward + backward, traced
-  every call ("eager") and replayed: per extra term of a fold (a 64-term fold minus a
+  every call ("eager") and under ``db.jit`` ("jit"): per extra term of a fold (a 64-term fold minus a
   16-term fold: one op and one argument leaf per term) and per extra op on the same 16
   leaves (the fold run four times over them, minus once);
-- ``Replay``: a replayed gradient's time over the same program traced every call;
+- ``Replay``: a gradient under ``db.jit`` over the same gradient traced every call;
 - ``Fused``: a replay fused into one Numba function over the same replay as
   generated Python;
 - ``FirstGradient``: seconds to the first EAM gradient in a fresh process, with an
@@ -29,7 +29,7 @@ import numba
 import numpy as np
 
 import dualbcast as db
-from dualbcast.core.replay import Program
+from dualbcast.jit.program import Program
 from dualbcast.vmath import explog, trig
 
 from .bench_kernels import best_time
@@ -39,20 +39,22 @@ from .workloads import rho
 
 
 class FoldPerOp:
-    params = ["eager", "replayed"]
+    params = ["eager", "jit"]
     param_names = ["tape"]
 
     def setup(self, tape):
         self.calls, self.passes = {}, {}
-        system = "dualbcast" if tape == "replayed" else "eager"
+        system = "dualbcast_jit" if tape == "jit" else "dualbcast"
         for terms in (FOLD_TERMS, 4 * FOLD_TERMS):
             xs = tuple(float(i) for i in range(1, terms + 1))
-            f = db.value_and_grad(fold_minus, replay=tape == "replayed")
-            # replayed: warmed up to its steady state (generated, then fused)
+            f = db.value_and_grad(fold_minus)
+            f = db.jit(f) if tape == "jit" else f
+            # jit: warmed up to its steady state (generated, then fused)
             self.calls[terms] = warmed_up(lambda f=f, xs=xs: f(xs), system)
         xs = tuple(float(i) for i in range(1, FOLD_TERMS + 1))
         for passes in (1, 4):
-            f = db.value_and_grad(fold_minus_passes, replay=tape == "replayed")
+            f = db.value_and_grad(fold_minus_passes)
+            f = db.jit(f) if tape == "jit" else f
             self.passes[passes] = warmed_up(lambda f=f, p=passes: f(xs, p), system)
 
     def track_marginal_microseconds_per_op(self, tape):
@@ -89,8 +91,8 @@ class Replay:
     param_names = ["case"]
 
     def setup(self, case):
-        self.replayed = make_call(case, "dualbcast")
-        self.eager = make_call(case, "dualbcast_eager")
+        self.replayed = make_call(case, "dualbcast_jit")
+        self.eager = make_call(case, "dualbcast")
 
     def track_replayed_over_eager(self, case):
         return best_time(self.replayed) / best_time(self.eager)
@@ -105,10 +107,10 @@ class Fused:
     param_names = ["case"]
 
     def setup(self, case):
-        self.fused = make_call(case, "dualbcast")
+        self.fused = make_call(case, "dualbcast_jit")
         self.saved = Program.FUSE_AFTER
         Program.FUSE_AFTER = 10 ** 9        # (make_call warms up 10^4 calls at most)
-        self.generated = make_call(case, "dualbcast")
+        self.generated = make_call(case, "dualbcast_jit")
 
     def teardown(self, case):
         Program.FUSE_AFTER = self.saved

@@ -13,21 +13,23 @@ import numba
 import numpy as np
 
 import dualbcast as db
-from dualbcast.core.replay import Program
+from dualbcast.jit.program import Program
 from dualbcast.vmath.explog import exp as vexp
 
 # The kernels, coefficients and fused Numba loops of the kernel benchmarks.
-from .workloads import (COEFFS, LIVE, poly9, poly9_sum_and_partials_numba, rho,
-                        rho_sum_and_partials_numba)
+from .workloads import (COEFFS, LIVE, chain, chain_generic, poly9,
+                        poly9_sum_and_partials_numba, rho, rho_sum_and_partials_numba)
 
-# dualbcast_eager: the same program traced on every call (value_and_grad(replay=False)).
-SYSTEMS = ("dualbcast", "dualbcast_eager", "numba", "numba_limit", "jax", "torch", "autograd")
+# dualbcast: value_and_grad, eager (f traced on every call); dualbcast_jit: the same
+# under db.jit (recorded once, replayed).
+SYSTEMS = ("dualbcast", "dualbcast_jit", "numba", "numba_limit", "jax", "torch", "autograd")
 PEERS = SYSTEMS[1:]
-OURS = ("dualbcast", "dualbcast_eager")
+OURS = ("dualbcast", "dualbcast_jit")
 
 
 def _value_and_grad(system, f, **options):
-    return db.value_and_grad(f, replay=system != "dualbcast_eager", **options)
+    value_and_grad = db.value_and_grad(f, **options)
+    return db.jit(value_and_grad) if system == "dualbcast_jit" else value_and_grad
 
 
 def _peer(name):
@@ -281,6 +283,38 @@ def qux(system, n=None):
     raise NotImplementedError(system)   # by hand: two lines of calculus, nothing to time
 
 
+# --- a chain of ten different kernels, h = k_i(h, a), then sum(h^2) + k_0.sum(x, a) ------
+
+def kernel_chain(system, n):
+    x, a = _inputs(n), 0.7
+    if system in OURS:
+        f = _value_and_grad(system, chain, argnums=(0, 1))
+        return lambda: f(x, a)
+    if system == "jax":
+        jax = _peer("jax")
+        g = jax.jit(jax.value_and_grad(
+            lambda x, a: chain_generic(x, a, jax.numpy, jax.numpy.sum), argnums=(0, 1)))
+        xj = jax.numpy.asarray(x)
+        return lambda: jax.block_until_ready(g(xj, a))
+    if system == "torch":
+        torch = _peer("torch")
+        xt = torch.from_numpy(x)
+
+        def call():
+            xs = xt.detach().requires_grad_(True)
+            at = torch.tensor(a, dtype=torch.float64, requires_grad=True)
+            value = chain_generic(xs, at, torch, torch.sum)
+            value.backward()
+            return value, (xs.grad, at.grad)
+        return call
+    if system == "autograd":
+        autograd = _peer("autograd")
+        anp = importlib.import_module("autograd.numpy")
+        g = autograd.value_and_grad(lambda xa: chain_generic(xa[0], xa[1], anp, anp.sum))
+        return lambda: g((x, a))
+    raise NotImplementedError(system)   # by hand: ten kernels' derivatives, not written
+
+
 CASES = {
     "eam_1e2": (eam, 10 ** 2), "eam_1e4": (eam, 10 ** 4), "eam_1e6": (eam, 10 ** 6),
     "eam_out_1e6": (eam_into_buffer, 10 ** 6),
@@ -289,6 +323,7 @@ CASES = {
     "constant_touch_1e7": (constant_touch, 10 ** 7),
     "fold16": (fold16, FOLD_TERMS),
     "qux": (qux, 1),
+    "chain10_1e3": (kernel_chain, 10 ** 3), "chain10_1e5": (kernel_chain, 10 ** 5),
 }
 
 
@@ -302,9 +337,9 @@ def make_call(case, system):
 
 def warmed_up(call, system):
     """``call`` called until it runs as it will from then on: compiled, and for
-    dualbcast replayed until its program is generated and, where it can be, fused."""
+    dualbcast's jit replayed until its program is generated and, where it can be, fused."""
     calls = 1
-    if system == "dualbcast":
+    if system == "dualbcast_jit":
         calls = 2 + Program.GENERATE_AFTER + min(Program.FUSE_AFTER, 10 ** 4)
     for _ in range(calls):
         call()

@@ -160,3 +160,91 @@ def poly9_calls(x):
 
 WORKLOADS = {"eam_rho": rho_calls, "poly9_one_live": poly9_calls}
 SIZES = (10 ** 2, 10 ** 4, 10 ** 6)
+
+
+# --- a chain of ten different elementwise kernels (issue: eager by default) ----------------
+# h = k_i(h, a) for i = 0..9, then sum(h ** 2) + k_0.sum(x, a); the gradient with respect
+# to x (an array) and a (a scalar).  The kernels, then the same steps for an array
+# namespace ``m`` (numpy, jax.numpy, torch, autograd.numpy), side by side.
+
+
+@db.fast_broadcast
+def chain0(h, a):
+    return a * math.tanh(h)
+
+
+@db.fast_broadcast
+def chain1(h, a):
+    return h + a * math.sin(h)
+
+
+@db.fast_broadcast
+def chain2(h, a):
+    return math.log1p(h * h) + a
+
+
+@db.fast_broadcast
+def chain3(h, a):
+    return h * math.exp(-a * h * h)
+
+
+@db.fast_broadcast
+def chain4(h, a):
+    return math.sqrt(h * h + a * a)
+
+
+@db.fast_broadcast
+def chain5(h, a):
+    return h / (1.0 + abs(h)) * a
+
+
+@db.fast_broadcast
+def chain6(h, a):
+    return math.cos(a * h)
+
+
+@db.fast_broadcast
+def chain7(h, a):
+    return h - 0.1 * a * h ** 3
+
+
+@db.fast_broadcast
+def chain8(h, a):
+    return math.atan(h) + a * h
+
+
+@db.fast_broadcast
+def chain9(h, a):
+    return math.expm1(-abs(h)) * a + h
+
+
+CHAIN_KERNELS = (chain0, chain1, chain2, chain3, chain4, chain5, chain6, chain7, chain8,
+                 chain9)
+CHAIN_STEPS = (
+    lambda h, a, m: a * m.tanh(h),
+    lambda h, a, m: h + a * m.sin(h),
+    lambda h, a, m: m.log1p(h * h) + a,
+    lambda h, a, m: h * m.exp(-a * h * h),
+    lambda h, a, m: m.sqrt(h * h + a * a),
+    lambda h, a, m: h / (1.0 + abs(h)) * a,
+    lambda h, a, m: m.cos(a * h),
+    lambda h, a, m: h - 0.1 * a * h ** 3,
+    lambda h, a, m: m.arctan(h) + a * h,
+    lambda h, a, m: m.expm1(-abs(h)) * a + h,
+)
+
+
+def chain(x, a):
+    """The chain with dualbcast kernels."""
+    h = x
+    for kernel in CHAIN_KERNELS:
+        h = kernel(h, a)
+    return np.sum(h ** 2) + chain0.sum(x, a)
+
+
+def chain_generic(x, a, m, total):
+    """The chain written with array namespace ``m`` (``total``: its sum)."""
+    h = x
+    for step in CHAIN_STEPS:
+        h = step(h, a, m)
+    return total(h ** 2) + total(CHAIN_STEPS[0](x, a, m))

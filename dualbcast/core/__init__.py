@@ -1,5 +1,7 @@
 """The reverse-mode core: a linear tape, boxes that record onto it, and the
-``grad``/``value_and_grad``/``vjp`` drivers.  No math here: see :mod:`dualbcast.rules`."""
+``grad``/``value_and_grad``/``vjp`` drivers.  No math here (see :mod:`dualbcast.rules`),
+and nothing of replay (see :mod:`dualbcast.jit`, which records through the tape's
+recorder hook)."""
 from .api import grad, stop_gradient, value_and_grad, vjp
 from .box import Box
 

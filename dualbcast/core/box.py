@@ -8,10 +8,9 @@ rule registered for the operation in :mod:`.registry`.  Anything without a rule 
 a box (``x[i] = v``, ``x += v``, ``out=x``) raise ``TypeError``: a box is immutable.
 
 Every place where a traced value leaves the tape as a plain constant (``bool(x)``, a
-comparison, ``np.floor(x)``, ``np.argmax(x)``) goes through :func:`escape`,
-which notes the outcome on the tape: a replay (:mod:`.replay`) re-checks those outcomes
-and re-traces when one differs, so control flow that depended on a value is never
-replayed down the wrong branch.
+comparison, ``np.floor(x)``, ``np.argmax(x)``) goes through :func:`escape`, which
+tells the tape's recorder, if it has one (:class:`.tape.Recorder`): whoever replays the
+program must check those outcomes again.
 """
 import operator
 
@@ -20,7 +19,7 @@ import numpy as np
 from .registry import (CONSTANT_FUNCTIONS, CONSTANT_UFUNCS, FUNCTION_RULES,
                        SCALAR_LINEAR_PARTIALS, SCALAR_UFUNC_VJPS, SHAPE_ONLY_FUNCTIONS,
                        UFUNC_VJPS)
-from .replay import Slot
+from .tape import LinearRecord, Record
 
 _NO_KWARGS = {}
 
@@ -77,27 +76,13 @@ def apply(func, vjps, args, kwargs=_NO_KWARGS, scalar_vjps=None):
     return record(tape, ans, parents, argnums, vjps, saved, kwargs, func, others)
 
 
-def keep(tape, constant, for_backward=True):
-    """``snapshot(constant)`` (``for_backward``: the backward pass needs it as it is
-    now); and when ``tape`` may be replayed, every array (read-only ones too: another
-    view may write their data) is copied and the pair noted, so a replay can check
-    that the original still holds what was copied.  An array above
-    ``REPLAY_COPY_LIMIT`` bytes that was not copied already makes the tape unreplayable
-    instead: no copy the size of the work."""
-    kept = snapshot(constant) if for_backward else constant
-    if tape is None or not tape.for_replay:
+def keep(tape, constant):
+    """What a record on ``tape`` keeps of a constant argument: its :func:`snapshot`,
+    or what the tape's recorder keeps instead."""
+    kept = snapshot(constant)
+    if tape is None or tape.recorder is None:
         return kept
-    if kept is constant and _holds_array(constant):
-        if _nbytes(constant) > REPLAY_COPY_LIMIT:
-            tape.replayable = False
-            return kept
-        kept = _copied(constant)
-    if kept is not constant:
-        tape.copies.append((constant, kept))
-    return kept
-
-
-REPLAY_COPY_LIMIT = 1 << 20
+    return tape.recorder.constant(constant, kept)
 
 
 def snapshot(constant):
@@ -115,67 +100,31 @@ def snapshot(constant):
     return constant
 
 
-def _holds_array(constant):
-    kind = type(constant)
-    return kind is np.ndarray or kind in (list, tuple) and any(map(_holds_array, constant))
-
-
-def _nbytes(constant):
-    if type(constant) is np.ndarray:
-        return constant.nbytes
-    return sum(map(_nbytes, constant)) if type(constant) in (list, tuple) else 0
-
-
-def _copied(constant):
-    kind = type(constant)
-    if kind is np.ndarray:
-        return constant.copy()
-    if kind in (list, tuple):
-        return kind(map(_copied, constant))
-    return constant
-
-
-def record(tape, ans, parents, argnums, vjps, saved, kwargs, func, others=()):
-    """Append a record of ``ans = func(*saved, **kwargs)`` to ``tape`` and return the
-    box of its result.  ``saved``: the argument values the vjps see; ``others``:
-    ``(position, slot)`` of traced arguments that are not parents (a replay rebinds
-    them with the parents)."""
+def record(tape, ans, parents, argnums, vjps, saved, kwargs, func, others=(), kind=Record):
+    """Append a record (of type ``kind``, see :mod:`.tape`) of ``ans = func(*saved,
+    **kwargs)`` to ``tape`` and return the box of its result.  ``saved``: the argument
+    values the vjps see; ``others``: ``(position, slot)`` of traced arguments that are
+    not parents."""
     slot = len(tape.values)
     tape.values.append(ans)
-    tape.records.append((slot, parents, argnums, vjps, ans, saved, kwargs, func, others))
+    tape.records.append(kind(slot, parents, argnums, vjps, ans, saved, kwargs, func, others))
     return Box(ans, slot, tape)
 
 
 def escape(tape, func, args, kwargs, result):
-    """Note on ``tape`` that ``result = func(*args, **kwargs)``, computed from traced
-    values, left the tape as a constant; returns ``result``.  (Boxes are kept as their
-    slots: a tape must not hold its own boxes, or it would live until the next garbage
-    collection.)"""
-    if tape.for_replay and not tape.closed:
-        # The expected outcome is copied: f may write into the array it was handed.
-        tape.guards.append((len(tape.records), func, _slots(tape, args),
-                            {k: _slot(tape, v) for k, v in kwargs.items()},
-                            _copied(result)))
+    """``result = func(*args, **kwargs)``, computed from traced values, leaves the
+    tape as a constant: tell the tape's recorder; returns ``result``."""
+    recorder = tape.recorder
+    if recorder is not None and not tape.closed:
+        recorder.guard(tape, func, args, kwargs, result)
     return result
 
 
 def raised(tape):
     """An operation on traced values raised: ``f`` may catch it and go on, so its
-    control flow depended on the error, which a replay cannot check."""
-    if tape is not None and not tape.closed:
-        tape.replayable = False
-
-
-def _slots(tape, args):
-    return tuple(_slot(tape, arg) for arg in args)
-
-
-def _slot(tape, arg):
-    if type(arg) is Box:
-        return Slot(arg.slot)
-    if type(arg) in (list, tuple) and any(type(item) is Box for item in arg):
-        return type(arg)(_slot(tape, item) for item in arg)
-    return keep(tape, arg)      # a constant operand (x > t): copied and watched
+    control flow depended on the error, which no record describes."""
+    if tape is not None and tape.recorder is not None and not tape.closed:
+        tape.recorder.opaque(tape)
 
 
 def constant(func, args, kwargs=_NO_KWARGS):
@@ -300,8 +249,8 @@ def _binary(ufunc, op):
                     values = tape.values
                     slot = len(values)
                     values.append(ans)
-                    tape.records.append((slot, (self.slot, other.slot), partials, op,
-                                         (x, y), linear, _BOTH))
+                    tape.records.append(LinearRecord(slot, (self.slot, other.slot),
+                                                     partials, op, (x, y), linear, _BOTH))
                     box = _new(Box)         # (no __init__ frame: a sixth of an op)
                     box.value, box.slot, box.tape = ans, slot, tape
                     return box
@@ -352,8 +301,8 @@ def _with_constant(linear, op, x, y, box, position):
     values = tape.values
     slot = len(values)
     values.append(ans)
-    tape.records.append((slot, (box.slot,), (partials[position],), op, (x, y), linear,
-                         (_FIRST, _SECOND)[position]))
+    tape.records.append(LinearRecord(slot, (box.slot,), (partials[position],), op, (x, y),
+                                     linear, (_FIRST, _SECOND)[position]))
     box = _new(Box)
     box.value, box.slot, box.tape = ans, slot, tape
     return box
@@ -402,11 +351,11 @@ def _operator(ufunc, op, x, y):
                 if argnums is not _BOTH:
                     partials = (partials[argnums[0]],)
                 if None not in partials:        # (None: that partial has no cheap form)
-                    tape.records.append((slot, parents, partials, op, saved, linear,
-                                         argnums))
+                    tape.records.append(LinearRecord(slot, parents, partials, op, saved,
+                                                     linear, argnums))
                     return Box(ans, slot, tape)
         vjps = SCALAR_UFUNC_VJPS.get(ufunc, vjps)
-    tape.records.append((slot, parents, argnums, vjps, ans, saved, _NO_KWARGS, op, ()))
+    tape.records.append(Record(slot, parents, argnums, vjps, ans, saved, _NO_KWARGS, op, ()))
     return Box(ans, slot, tape)
 
 
@@ -463,10 +412,10 @@ class Box:
         return format(self.value, spec)         # printing a value detaches nothing
 
     def _printed(self):
-        # A program that prints a traced value is traced on every call, so that what
-        # it prints is never skipped by a replay.
-        if not self.tape.closed:
-            self.tape.replayable = False
+        # What a program prints is no record: a replay would skip it.
+        tape = self.tape
+        if tape.recorder is not None and not tape.closed:
+            tape.recorder.opaque(tape)
 
     # --------------------------------------------------------------- array protocol
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):

@@ -2,24 +2,30 @@
 
 Records are appended in execution order, so walking them in reverse visits every value
 after all of its uses: a topological order for free, whatever Python control flow,
-recursion or memoisation produced the program.  A record is a plain tuple
+recursion or memoisation produced the program.  Each record says which slot it filled
+(``out``), from which traced slots (``parents``), and how the cotangent of ``out``
+flows back to them:
 
-    (out_slot, parent_slots, argnums, vjps, ans, saved, kwargs, func, args)
+- :class:`Record`: ``ans = func(*args, **kwargs)``; ``vjps[i](g, ans, *args,
+  **kwargs)`` is the cotangent of argument ``i`` (``args``: the argument values,
+  constants snapshotted);
+- :class:`RuleRecord`: the same, made by a rule that ran a loop of its own (a kernel's
+  fast rule): ``func(tape, args, parents) -> (ans, vjps)``, its vjps holding what the
+  loop computed;
+- :class:`LinearRecord`: a scalar ``x + y``, ``x - y``, ``x * y`` or ``x ** c`` (the
+  bulk of scalar code), whose local partials were cheap to form: the cotangent of each
+  parent is ``g * partial``, with no call at all.
 
-meaning: ``ans = func(*args, **kwargs)`` was stored in ``out_slot``; the arguments at
-positions ``argnums`` were traced values living in ``parent_slots``; ``vjps[i](g, ans,
-*saved, **kwargs)`` is the cotangent of argument ``i`` given the cotangent ``g`` of
-``ans`` (``saved``: the argument values, constants snapshotted).  Scalar ``x + y``,
-``x - y`` and ``x * y`` (the bulk of scalar code) record
+Only traced arguments that a rule can differentiate are parents, so constants cost
+nothing in the backward pass.  A record keeps its function and arguments, so a tape
+can be read as a program (``dualbcast.jit`` replays it); the core itself never does.
+There is no math here: rules supply the vjps and the partials.
 
-    (out_slot, parent_slots, local_partials, op, args, partials_of, argnums)
-
-instead (``partials_of``: the registered partials, see :mod:`.registry`): the
-cotangent of each parent is ``g * partial``, with no call at all.  Only
-traced arguments that a rule can differentiate are parents, so constants cost nothing
-in the backward pass.  ``func``/``op`` and ``args`` (boxes and constants) are there
-for a replay (:mod:`.replay`); so are the tape's ``guards``, the outcomes that
-steered the program.  There is no math here: rules supply the vjps and the partials.
+A tape may carry a *recorder* (None when tracing eagerly): whoever wants to run the
+program again (``dualbcast.jit``) is told, through it, what a record cannot say — the
+constants computed from traced values that steered the program (``bool(x)``, ``x >
+0``), the constant arrays the records keep, and that the program did something no
+replay could redo.  See :class:`Recorder`.
 """
 import numpy as np
 
@@ -53,13 +59,73 @@ except ImportError:                                  # another NumPy: the public
         state.__exit__(None, None, None)
 
 
+class Record:
+    """``ans = func(*args, **kwargs)`` stored in slot ``out``; the arguments at
+    positions ``argnums`` are traced values living in slots ``parents``; ``others``:
+    ``(position, slot)`` of traced arguments no gradient flows through."""
+
+    __slots__ = ("out", "parents", "argnums", "vjps", "ans", "args", "kwargs", "func",
+                 "others")
+
+    def __init__(self, out, parents, argnums, vjps, ans, args, kwargs, func, others):
+        self.out, self.parents, self.argnums, self.vjps = out, parents, argnums, vjps
+        self.ans, self.args, self.kwargs, self.func = ans, args, kwargs, func
+        self.others = others
+
+
+class RuleRecord(Record):
+    """A :class:`Record` whose ``func`` is a rule, ``func(tape, args, parents) -> (ans,
+    vjps)``: running it again gives fresh vjps (a kernel's loop computes its partials
+    with its value)."""
+
+    __slots__ = ()
+
+
+class LinearRecord:
+    """A scalar ``op(*args)`` in slot ``out`` whose local partials, one per parent
+    (the arguments at positions ``argnums``), are ``partials``: what
+    ``partials_of(*args)`` gave, or ``partials_of`` itself when it is a constant pair
+    (``+`` and ``-``)."""
+
+    __slots__ = ("out", "parents", "partials", "op", "args", "partials_of", "argnums")
+
+    def __init__(self, out, parents, partials, op, args, partials_of, argnums):
+        self.out, self.parents, self.partials, self.op = out, parents, partials, op
+        self.args, self.partials_of, self.argnums = args, partials_of, argnums
+
+
+class Recorder:
+    """What a tape tells whoever records it as a program (the base does nothing).
+
+    - ``guard(tape, func, args, kwargs, result)``: ``result = func(*args, **kwargs)``,
+      computed from traced values (boxes among ``args``), left the tape as a constant
+      (a branch, a mask, an index); called before the next record is appended;
+    - ``constant(original, kept)``: a record keeps ``kept`` (``original`` snapshotted:
+      see :func:`dualbcast.core.box.snapshot`) of a constant argument; returns what
+      the record should keep instead;
+    - ``opaque(tape)``: the program did something a record cannot describe (an error
+      it may have caught, a printed value, ``stop_gradient``).
+    """
+
+    __slots__ = ()
+
+    def guard(self, tape, func, args, kwargs, result):
+        pass
+
+    def constant(self, original, kept):
+        return kept
+
+    def opaque(self, tape):
+        pass
+
+
 class Tape:
     """One trace: the values of its slots and the records that produced them."""
 
     __slots__ = ("values", "records", "closed", "single_use", "gradient_buffers",
-                 "for_replay", "guards", "copies", "replayable", "residuals")
+                 "recorder")
 
-    def __init__(self, single_use):
+    def __init__(self, single_use, recorder=None):
         self.values = []        # primal value of each slot (shape and dtype of its gradient)
         self.records = []
         self.closed = False     # set when the traced function returns
@@ -70,15 +136,7 @@ class Tape:
         # slot -> the caller's array its gradient goes into (value_and_grad(out=...)):
         # a rule that computes a whole gradient of that slot may write it there.
         self.gradient_buffers = None
-        # What a replay needs (kept only when the tape may become one, for_replay):
-        # guards, (record count, func, args, kwargs, result) for each constant computed
-        # from traced values (bool(x), x > 0, np.argmax(x)) that a replay must find
-        # unchanged; copies, (original, copy) for each constant array the records copied.
-        self.for_replay = False
-        self.guards = []
-        self.copies = []
-        self.replayable = True  # False once the program did what a replay cannot check
-        self.residuals = None   # a replay's: what its backward pass needs from the forward
+        self.recorder = recorder
 
 
 class SparseCotangent:
@@ -112,17 +170,16 @@ def backward(tape, seeds):
     errors = ignore_float_errors()     # rules divide by zero on purpose (d log at 0)
     try:
         for record in reversed(tape.records):
-            g = grads[record[0]]
+            g = grads[record.out]
             if g is None:
                 continue
-            if len(record) == 7:
-                # (out_slot, parent_slots, local_partials, ...) of a scalar x + y, x - y,
-                # x * y (its scalar cotangent need not be dropped to free memory).  A
-                # zero cotangent contributes nothing (NaN-safe: 0 * inf is 0).
+            if type(record) is LinearRecord:
+                # A scalar's cotangent need not be dropped to free memory.  A zero
+                # cotangent contributes nothing (NaN-safe: 0 * inf is 0).
                 if g == 0:
                     continue
                 # One or two parents, unrolled (a loop costs a quarter of the record).
-                parents, partials = record[1], record[2]
+                parents, partials = record.parents, record.partials
                 slot = parents[0]
                 current = grads[slot]
                 if current is None:
@@ -141,9 +198,9 @@ def backward(tape, seeds):
                     else:
                         accumulate(grads, owned, values, slot, g * partials[1])
                 continue
-            out_slot, parents, argnums, vjps, ans, args, kwargs, _, _ = record
-            grads[out_slot] = None          # dropped as soon as it is used (arrays: memory)
-            for slot, i in zip(parents, argnums):
+            grads[record.out] = None        # dropped as soon as it is used (arrays: memory)
+            vjps, ans, args, kwargs = record.vjps, record.ans, record.args, record.kwargs
+            for slot, i in zip(record.parents, record.argnums):
                 ct = vjps[i](g, ans, *args, **kwargs) if kwargs else vjps[i](g, ans, *args)
                 if grads[slot] is None and type(ct) is not SparseCotangent:
                     grads[slot] = ct        # the first cotangent of a slot: just keep it

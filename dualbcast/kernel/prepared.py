@@ -3,6 +3,8 @@ signature of the arguments (types, dtypes, shapes, strides), worked out on the f
 call with that signature and reused by every later one.  What is left per call is
 making the operands, allocating the outputs and one call into the compiled loop."""
 import math
+from typing import Any, Callable, NamedTuple
+
 import numpy as np
 from numba.core.errors import NumbaError
 
@@ -11,6 +13,29 @@ from .loops import ACCUMULATE, REGISTER, STORE
 from .threads import enter_parallel_region, leave_parallel_region
 
 CHUNK_ELEMENTS = 1 << 12     # elements per chunk of a loop (the unit threads share)
+
+
+class SumLoop(NamedTuple):
+    """A prepared sum-and-partials loop, described for code that calls it from a
+    compiled function of its own (``dualbcast.jit``'s fusion):
+
+        loop(loop_shape, 0, nchunks, rows, *operands, *stored, totals, scratch)
+
+    runs it over ``operands`` (``operands_for(args)``, the call's arguments bound as
+    the kernel takes them), writing each ``STORE`` gradient whole into its 1-d buffer
+    in ``stored`` (in argument order) and, per chunk ``c``, ``totals[c] = (sum,
+    REGISTER gradients...)``; ``scratch``: a ``(totals_width, chunk_size)`` array."""
+    loop: Any
+    loop_shape: tuple
+    rows: int
+    nchunks: int
+    chunk_size: int
+    totals_width: int
+    gradients: tuple            # per active argument: (kind, shape, dtype, is_array)
+    dtype: np.dtype
+    threaded: bool              # at or above config.parallel_threshold: runs on threads
+    operands_for: Callable
+    source: str                 # the loop's source file: it changes with the kernel
 
 
 class PreparedCall:
@@ -39,6 +64,16 @@ class PreparedCall:
                               for kind, _, dtype, _ in gradients)
         self.compiled = False   # the first run compiles (or loads) the loop: one thread
         self.sums = mode in ("sum", "sum_partials")
+
+    def sum_loop(self):
+        """This sum-and-partials call as a :class:`SumLoop`, or None: another mode, or
+        its loop not compiled yet."""
+        if self.mode != "sum_partials" or not self.compiled:
+            return None
+        return SumLoop(self.loop, self.plan.loop_shape, self.rows, self.nchunks,
+                       self.chunk_size, self.totals_width, self.gradients, self.plan.dtype,
+                       self.size >= config.parallel_threshold, self.plan.operands_for,
+                       self.loop.py_func.__code__.co_filename)
 
     # ------------------------------------------------------------------ the modes
 

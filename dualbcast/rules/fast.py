@@ -8,9 +8,8 @@ in the loop), so its backward only scales by the cotangent, in place when it may
 """
 import numpy as np
 
-from ..core.box import Box, keep, raised, record, trace_inputs
-from ..core.replay import BY_IDENTITY, Rerun
-from ..kernel.fast_broadcast import FastBroadcast
+from ..core.box import Box, raised, record, trace_inputs
+from ..core.tape import RuleRecord
 from ..kernel.threads import multiply_in_place
 from ..kernel.tracing import hook
 from .common import nan_safe, shape_of, unbroadcast
@@ -32,16 +31,19 @@ def _traced(rule_type, kernel, args):
     except Exception:
         raised(tape)
         raise
-    if tape.for_replay:
-        # The backward pass needs no constant; a replay needs them as they are now.
-        values = [value if type(arg) is Box else keep(tape, value, for_backward=False)
+    recorder = tape.recorder
+    if recorder is not None:
+        # The backward pass needs no constant (no snapshot); a recorder may want them.
+        values = [value if type(arg) is Box else recorder.constant(value, value)
                   for arg, value in zip(args, values)]
-    return record(tape, ans, parents, active, vjps, tuple(values), _NO_KWARGS, rule)
+    return record(tape, ans, parents, active, vjps, tuple(values), _NO_KWARGS, rule,
+                  kind=RuleRecord)
 
 
-class _KernelRule(Rerun):
-    """A fast rule as a record's ``func``: ``rule(tape, values, parents) -> (ans,
-    vjps)``, so that a replay runs the kernel's loop again and gets fresh vjps."""
+class _KernelRule:
+    """A fast rule as a record's ``func`` (a :class:`RuleRecord`): ``rule(tape,
+    values, parents) -> (ans, vjps)``, so that running it again runs the kernel's loop
+    again and gives fresh vjps."""
 
     __slots__ = ("kernel", "active", "prepared")
 
@@ -87,6 +89,16 @@ class _SumRule(_KernelRule):
         return total, vjps
 
 
+def kernel_sum_loop(func):
+    """The loop of a kernel sum's rule (a record's ``func``, as ``k.sum`` on traced
+    values made it) as a :class:`~dualbcast.kernel.prepared.SumLoop`, or None for any
+    other function.  Its vjp, for code that calls the loop itself: the cotangent ``g``
+    times each gradient (zeros for ``g == 0``, whatever the gradient holds)."""
+    if type(func) is not _SumRule or func.prepared is None:
+        return None
+    return func.prepared.sum_loop()
+
+
 def _map_vjp(partial, position, single_use):
     def vjp(g, ans, *args):
         # Backward runs once on a single-use tape: the partials buffer becomes the
@@ -112,7 +124,6 @@ def _sum_vjp(gradient, single_use):
 
 
 _NO_KWARGS = {}
-BY_IDENTITY.add(FastBroadcast)      # a kernel passed as an argument: replayable
 hook.box_type = Box
 hook.call = traced_call
 hook.sum = traced_sum

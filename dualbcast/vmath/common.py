@@ -9,7 +9,6 @@ Dekker's splitting gives the same bits (tested in both test files).
 float32 arguments are computed in float64 and rounded once: ``in_precision_of(x,
 f64(x))`` — which is also where a non-float argument is refused, naming the types taken.
 """
-import numpy as np
 from numba import njit, types
 from numba.core import codegen, config
 from numba.core.errors import TypingError

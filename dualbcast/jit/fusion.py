@@ -3,7 +3,7 @@ one Numba function.
 
 A small gradient such as the EAM energy at 10^2 elements, ``p = rho.sum(x); p ** 2 +
 p ** 3 + p ** 4 / 4``, is mostly Python: even replayed as generated code
-(:mod:`dualbcast.core.replay_code`) it is twenty calls — the kernel's prepared call,
+(:mod:`.codegen`) it is twenty calls — the kernel's prepared call,
 six scalar operations and their vjps, the gradient's scaling — around a loop of well
 under a microsecond.  A program made only of
 
@@ -29,12 +29,11 @@ a non-finite element of a scaled gradient, hands the call back to the generated
 replay, which meets the warning as a trace would.
 
 Compiling costs about a second, so a program is fused only after
-:attr:`Program.FUSE_AFTER <dualbcast.core.replay.Program>` replays, and the function is
+:attr:`Program.FUSE_AFTER <.program.Program>` replays, and the function is
 cached on disk next to the kernels' loops (its file is named by a hash of its source,
 which names the loops' files, which are named by the kernels' fingerprints).
 """
 import hashlib
-import math
 import operator
 
 import numba
@@ -44,13 +43,11 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..config import config
-from ..core import replay
 from ..core.registry import SCALAR_UFUNC_VJPS
+from ..core.tape import LinearRecord
 from ..kernel.cache import load_loop
 from ..kernel.loops import REGISTER, STORE
-from ..kernel.prepared import PreparedCall
-from .fast import _SumRule
+from ..rules.fast import kernel_sum_loop
 
 _FLOAT64 = np.dtype(np.float64)
 _SCALARS = (float, np.float64)
@@ -80,12 +77,16 @@ def exact_sum(values):
     partials = np.empty(64)     # non-overlapping: at most ~2100 / 53 of them
     n = 0
     for x in values:
+        if x - x != 0.0:
+            return x - x            # nan: the caller hands the call back
         i = 0
         for j in range(n):
             y = partials[j]
             if abs(x) < abs(y):
                 x, y = y, x
             hi = x + y
+            if hi - hi != 0.0:
+                return hi           # the partial sums overflow: inf (handed back too)
             lo = y - (hi - x)
             if lo != 0.0:
                 partials[i] = lo
@@ -144,7 +145,7 @@ class _Writer:
 
     def __init__(self, records, values, leaves, output):
         self.values, self.leaves, self.output = values, leaves, output
-        self.namespace = {"_pow": _libm_pow, "_finite": math.isfinite,
+        self.namespace = {"_pow": _libm_pow,
                           "_exact_sum": exact_sum}
         self.params = []                # the fused function's parameters
         self.forward, self.backward = [], []
@@ -159,18 +160,21 @@ class _Writer:
                 _require(type(value) in _SCALARS)
                 self.params.append(f"v{leaf}")
         for k, record in enumerate(records):
-            if len(record) == 7:
+            if type(record) is LinearRecord:
                 self._linear(record)
-            elif any(record[7] is op for op in _SCALAR_RULES):   # (any func: no hashing)
+            elif any(record.func is op for op in _SCALAR_RULES):   # (any func: no hashing)
                 self._scalar(record)
             else:
                 self._kernel_sum(k, record)
 
     def fusion(self):
-        failed = "(False, 0.0" + ", False, 0.0" * self.leaves + ")"
-        lines = [f"def fused({', '.join(self.params)}):"]
+        # Every value that must be finite adds ``value * 0.0`` to ``bad``: nan once
+        # one is not.  (One check at the end: a return per check, each building the
+        # whole result tuple, made Numba's compile time grow as the square of the
+        # program's length, ~50 s for a 32-term fold.)
+        lines = [f"def fused({', '.join(self.params)}):", "    bad = 0.0"]
         for line in self.forward:
-            lines.append("    " + line.replace("FAILED", failed))
+            lines.append("    " + line)
         # Cotangents: g<slot> and whether one reached the slot yet, h<slot> (a slot no
         # cotangent reaches gets None in the replay: here zeros).
         scalar_slots = [slot for slot in range(len(self.values))
@@ -184,7 +188,9 @@ class _Writer:
                   for slot, buffers in self.array_gradients.items()]
         for line in reversed(self.backward):        # record by record, last first
             for text in line:
-                lines.append("    " + text.replace("FAILED", failed))
+                lines.append("    " + text)
+        failed = "(False, 0.0" + ", False, 0.0" * self.leaves + ")"
+        lines.append(f"    if bad != 0.0: return {failed}")
         result = [f"v{self.output}"]
         for leaf in range(self.leaves):
             if leaf in self.array_gradients:
@@ -210,7 +216,8 @@ class _Writer:
         return name
 
     def _linear(self, record):
-        out, parents, _, op, saved, _, argnums = record
+        out, parents, op, saved, argnums = (record.out, record.parents, record.op,
+                                            record.args, record.argnums)
         _require(type(self.values[out]) in _SCALARS)
         traced = dict(zip(argnums, parents))
         a, b = (self._operand(out, i, value, traced) for i, value in enumerate(saved))
@@ -225,12 +232,12 @@ class _Writer:
             partials = {operator.add: ["1.0", "1.0"], operator.sub: ["1.0", "-1.0"],
                         operator.mul: [b, a]}[op]
             partials = [partials[i] for i in argnums]
-        self.forward.append(f"if not _finite(v{out}): return FAILED")
+        self.forward.append(f"bad += v{out} * 0.0")
         names = []
         for j, partial in enumerate(partials):
             names.append(f"q{out}_{j}")
             self.forward += [f"{names[-1]} = {partial}",
-                             f"if not _finite({names[-1]}): return FAILED"]
+                             f"bad += {names[-1]} * 0.0"]
         # x + y, x - y, x * y, x ** c: the cotangent times the local partial, skipped for
         # a zero cotangent (NaN-safe), added into the parent's.
         lines = [f"if h{out} and g{out} != 0.0:"]
@@ -241,7 +248,9 @@ class _Writer:
     def _scalar(self, record):
         # -x and x / y: recorded with their scalar vjps (dualbcast.rules.elementwise),
         # which this writes out operation for operation.
-        out, parents, argnums, vjps, _, saved, kwargs, op, others = record
+        out, parents, argnums, vjps, saved, kwargs, op, others = (
+            record.out, record.parents, record.argnums, record.vjps, record.args,
+            record.kwargs, record.func, record.others)
         ufunc = _SCALAR_RULES[op]
         _require(not kwargs and not others and type(self.values[out]) in _SCALARS
                  and tuple(vjps) == tuple(SCALAR_UFUNC_VJPS[ufunc]))
@@ -258,19 +267,17 @@ class _Writer:
                               f"if ct != ct and g{out} == 0.0: ct = 0.0"],
                           1: [f"ct = -g{out} * (({x} / {y}) / {y})",
                               f"if ct != ct and g{out} == 0.0: ct = 0.0"]}
-        self.forward.append(f"if not _finite(v{out}): return FAILED")
+        self.forward.append(f"bad += v{out} * 0.0")
         lines = [f"if h{out}:"]
         for slot, i in zip(parents, argnums):
             lines += ["    " + line for line in cotangents[i] + _add_scalar(slot)]
         self.backward.append(lines)
 
     def _kernel_sum(self, k, record):
-        out, parents, argnums, _, _, saved, kwargs, rule, others = record
-        _require(type(rule) is _SumRule and not kwargs and not others)
-        prepared = rule.prepared
-        _require(type(prepared) is PreparedCall and prepared.compiled
-                 and prepared.size < config.parallel_threshold
-                 and prepared.plan.dtype == _FLOAT64)
+        out, parents, argnums, saved = record.out, record.parents, record.argnums, record.args
+        prepared = kernel_sum_loop(record.func)
+        _require(prepared is not None and not record.kwargs and not record.others
+                 and not prepared.threaded and prepared.dtype == _FLOAT64)
         traced = dict(zip(argnums, parents))
         inputs = []                     # per argument: a leaf slot, or a constant
         for i, value in enumerate(saved):
@@ -295,7 +302,7 @@ class _Writer:
         buffers = [name for name, _ in buffers]
         self.params += operands + buffers
         self.kernels.append((inputs, prepared, _stored_shapes(prepared)))
-        self.namespace.update({f"_loop{k}": prepared.loop, f"_shape{k}": prepared.plan.loop_shape,
+        self.namespace.update({f"_loop{k}": prepared.loop, f"_shape{k}": prepared.loop_shape,
                                f"_rows{k}": prepared.rows, "_empty": np.empty})
         width, chunks = prepared.totals_width, prepared.nchunks
         # The chunks' sums (row c of t: the sum and the register gradients of chunk c)
@@ -307,7 +314,7 @@ class _Writer:
                          f"_loop{k}(_shape{k}, 0, {chunks}, _rows{k}, "
                          f"{', '.join(operands + buffers)}, t{k}, r{k})",
                          f"v{out} = {total(0)}",
-                         f"if not _finite(v{out}): return FAILED"]
+                         f"bad += v{out} * 0.0"]
         # The sum rule's vjp: a zero cotangent gives zeros, one leaves the gradient as
         # it is, another scales it (a register gradient: times the cotangent).
         lines = [f"if h{out}:"]
@@ -327,16 +334,14 @@ class _Writer:
                           f"            scaled = {buffer}[i] * g{out}",
                           f"            {buffer}[i] = scaled",
                           "            check += scaled * 0.0      # nan once one is not finite",
-                          "        if check != 0.0:",
-                          "            return FAILED",
+                          "        bad += check",
                           f"    if a{slot}:",
                           "        check = 0.0",
                           f"        for i in range({buffer}.size):",
                           f"            total = c{slot}[i] + {buffer}[i]",
                           f"            c{slot}[i] = total",
                           "            check += total * 0.0",
-                          "        if check != 0.0:",
-                          "            return FAILED",
+                          "        bad += check",
                           "    else:",
                           f"        c{slot} = {buffer}; w{slot} = {number}.0; a{slot} = True"]
         self.backward.append(lines)
@@ -345,10 +350,10 @@ class _Writer:
 def _add_scalar(slot):
     """Source adding ``ct`` into the cotangent of scalar ``slot`` (the first one is
     kept as it is: None + ct is ct, where 0.0 + -0.0 would not be -0.0)."""
-    return ["if not _finite(ct): return FAILED",
+    return ["bad += ct * 0.0",
             f"if h{slot}:",
             f"    g{slot} = g{slot} + ct",
-            f"    if not _finite(g{slot}): return FAILED",
+            f"    bad += g{slot} * 0.0",
             "else:",
             f"    g{slot} = ct; h{slot} = True"]
 
@@ -376,7 +381,7 @@ class Fusion:
         # The source's name (the file's) must change with anything it is compiled
         # from: the loops' files (named by their kernels' fingerprints), and the
         # constants, shapes and row counts bound in its namespace (listed on top).
-        loops = "".join(f"# _loop{k}: {prepared.loop.py_func.__code__.co_filename}\n"
+        loops = "".join(f"# _loop{k}: {prepared.source}\n"
                         for k, (_, prepared, _) in enumerate(self.kernels))
         constants = "".join(f"# {name} = {_exact(value)}\n"
                             for name, value in sorted(self.namespace.items())
@@ -401,7 +406,7 @@ class Fusion:
             kernel_args = []
             for item in inputs:
                 kernel_args.append(item.value if type(item) is _Constant else values[item])
-            args += prepared.plan.operands_for(kernel_args)
+            args += prepared.operands_for(kernel_args)
             for shape in shapes:
                 gradient = np.empty(shape)
                 gradient_arrays.append(gradient)
@@ -426,5 +431,3 @@ def _stored_shapes(prepared):
     return tuple(shape for kind, shape, _, is_array in prepared.gradients
                  if kind == STORE and is_array)
 
-
-replay.plan_fusion = plan_fusion

@@ -1,6 +1,6 @@
 """A replay as Python source: a traced program's forward and backward passes written
 out as two straight-line functions, compiled once for a program replayed often
-(:attr:`.replay.Program.GENERATE_AFTER` times: compiling costs ~150 µs per record).
+(:attr:`.program.Program.GENERATE_AFTER` times: compiling costs ~150 µs per record).
 
 Interpreting a tape costs ~1 µs per record (unpacking the record, binding arguments,
 appending a new record, then the backward loop's dispatch); for the small programs
@@ -18,10 +18,10 @@ vjps are names bound in the functions' namespace.
 """
 import numpy as np
 
-from .tape import SparseCotangent, accumulate
+from ..core.tape import LinearRecord, RuleRecord, SparseCotangent, accumulate
 
 
-def generate(records, guards, leaves, output, rerun_type):
+def generate(records, guards, leaves, output):
     """``(forward, backward)`` for ``records`` (whose slots follow the ``leaves``
     input slots in order), ``guards`` (``(record count, check)``, ``check(values)``
     raising when an outcome differs, in trace order) and the ``output`` slot (None
@@ -39,10 +39,10 @@ def generate(records, guards, leaves, output, rerun_type):
         if k == len(records):
             break
         out, record = leaves + k, records[k]
-        if len(record) == 7:
+        if type(record) is LinearRecord:
             bodies.append(_linear(k, record, out, namespace, forward, residuals))
         else:
-            bodies.append(_general(k, record, out, namespace, forward, residuals, rerun_type))
+            bodies.append(_general(k, record, out, namespace, forward, residuals))
     forward.append(f"    return ({''.join(name + ', ' for name in residuals)})")
 
     backward = ["def backward(values, grads, owned, residuals):"]
@@ -74,17 +74,17 @@ def _arguments(k, saved, traced, namespace):
     return exprs
 
 
-def _general(k, record, out, namespace, forward, residuals, rerun_type):
-    _, parents, argnums, vjps, _, saved, kwargs, func, others = record
+def _general(k, record, out, namespace, forward, residuals):
+    parents, argnums, kwargs, func = record.parents, record.argnums, record.kwargs, record.func
     traced = dict(zip(argnums, parents))
-    traced.update(others)
-    args = ", ".join(_arguments(k, saved, traced, namespace))
+    traced.update(record.others)
+    args = ", ".join(_arguments(k, record.args, traced, namespace))
     namespace[f"f{k}"] = func
     keywords = ""
     if kwargs:
         namespace[f"w{k}"] = kwargs
         keywords = f", **w{k}"
-    if isinstance(func, rerun_type):
+    if type(record) is RuleRecord:
         # A fast rule runs its kernel and hands back fresh vjps.
         namespace[f"p{k}"] = parents
         forward.append(f"    value, j{k} = f{k}(tape, [{args}], p{k})")
@@ -94,7 +94,7 @@ def _general(k, record, out, namespace, forward, residuals, rerun_type):
     else:
         forward.append(f"    append(f{k}({args}{keywords}))")
         for i in argnums:
-            namespace[f"v{k}_{i}"] = vjps[i]
+            namespace[f"v{k}_{i}"] = record.vjps[i]
         vjp = f"v{k}_{{i}}"
     lines = []
     for slot, i in zip(parents, argnums):
@@ -110,8 +110,9 @@ def _general(k, record, out, namespace, forward, residuals, rerun_type):
 def _linear(k, record, out, namespace, forward, residuals):
     # A scalar x + y, x - y, x * y: local partials from the forward pass, and a
     # backward that only multiplies (and skips a zero cotangent: NaN-safe).
-    _, parents, _, op, saved, partials_of, argnums = record
-    a, b = _arguments(k, saved, dict(zip(argnums, parents)), namespace)
+    parents, op, partials_of, argnums = record.parents, record.op, record.partials_of, \
+        record.argnums
+    a, b = _arguments(k, record.args, dict(zip(argnums, parents)), namespace)
     namespace[f"f{k}"] = op
     forward.append(f"    append(f{k}({a}, {b}))")
     if type(partials_of) is tuple:

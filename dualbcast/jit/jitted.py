@@ -1,0 +1,282 @@
+"""``jit``: a ``grad``/``value_and_grad`` function that records its program once per
+signature and replays it, and the policy that decides when.
+
+Per signature (:mod:`.signature`) a jitted function keeps an entry: the program its
+last recorded trace made (:mod:`.program`), and counts of traces, replays and guard
+failures.  The first call with a signature traces and records; later calls replay,
+checking first what the signature cannot hold (the free variables of ``f``, argument
+arrays' contents, the constants the records keep) and, on the way, every guard; a
+replay that would differ from a trace gives way to a trace, which records again.
+"""
+import functools
+from typing import Callable
+
+import numpy as np
+
+from ..core.api import GradientFunction
+from ..core.pytree import unflatten
+from ..core.tape import Tape, backward, raise_float_errors, restore_float_errors
+from ..core.trace import (SEED_FOR, ArgumentPositions, current_tape, gradient_like,
+                          leaf_gradients, trace_value, value_and_gradient)
+from .program import GuardFailed, compile_program
+from .recorder import ProgramRecorder
+from .signature import Unreplayable, free_variables, signature
+
+
+def jit(fn: Callable) -> Callable:
+    """Record the program of ``fn``, a function made by :func:`dualbcast.grad` or
+    :func:`dualbcast.value_and_grad` (with any ``argnums`` and ``out=``), and replay it:
+    the result is called as ``fn`` is, and gives what ``fn`` gives.
+
+    The first call with a given signature — the differentiated arguments' structure,
+    shapes, dtypes and strides, the other arguments' values — traces ``f`` and records
+    its operations; later calls replay them on the new values without running ``f``'s
+    Python code.  The program takes its final form early: the second call writes it out
+    as Python code, and the third compiles a program of kernel sums and scalar
+    arithmetic into one Numba function (about a second, once: it is cached on disk
+    beside the kernels' loops).
+
+    The contract is ``jax.jit``'s: ``f`` computes from its arguments.  What a replay
+    checks, it checks on every call, and traces again when anything differs:
+
+    - control flow on traced values (``if x > 0``, ``bool(x)``, masks, ``np.argmax``,
+      integer casts): the outcome must be the trace's;
+    - the globals and closure variables ``f``'s own code names must be the same
+      objects (``lambda x: loss(x, data[i])`` with ``i`` rebound traces again);
+    - argument arrays not differentiated, and every constant array or list an
+      operation used, must hold what they held;
+    - an error or a floating-point warning met by a replay means tracing again (``f``
+      may catch it); a program that caught an error, printed a traced value or called
+      ``stop_gradient`` is traced on every call; so is a call with an argument a
+      signature cannot compare (an object with state, a bound method).
+
+    What it cannot see, and replays regardless: an attribute or container entry
+    changed (``cfg.scale``, ``params["w"]``), a name rebound inside a helper ``f``
+    calls, an array changed in place that only a derived value was computed from, a
+    random number drawn inside ``f``, any other side effect (it happens at the trace
+    only).  Pass such values as arguments, or leave the function eager.
+
+    >>> import numpy as np, dualbcast as db
+    >>> step = db.jit(db.value_and_grad(lambda x: np.sum(x ** 2)))
+    >>> [step(np.array([1.0, 2.0]))[1] for _ in range(3)][-1]
+    array([2., 4.])
+    """
+    spec = getattr(fn, "__dualbcast_gradient__", None)
+    if type(spec) is not GradientFunction:
+        raise TypeError(f"dualbcast.jit takes a function made by dualbcast.grad or "
+                        f"dualbcast.value_and_grad (e.g. db.jit(db.value_and_grad(f))); got "
+                        f"{fn!r}")
+    if getattr(fn, "__dualbcast_jitted__", False):
+        return fn
+    return _jitted(spec)
+
+
+def _jitted(spec):
+    f, argnums, out, with_value = spec
+    positions_for = ArgumentPositions(argnums, f)      # argnums checked now
+    single = positions_for.single
+    programs = Programs(f)
+    short = out is None         # the short path of Programs.replay_short
+
+    @functools.wraps(f)
+    def jitted(*args, **kwargs):
+        positions, differentiated, ranks = positions_for(len(args))
+        if short and not kwargs and current_tape() is None:
+            replayed = programs.replay_short(args, differentiated, ranks)
+            if replayed is not None:
+                value, grads, leaves, structures = replayed
+                gradient = _short_gradients(grads, leaves, structures, single)
+                return (value, gradient) if with_value else gradient
+        result = programs.call(args, kwargs, positions, differentiated, out, single)
+        return result if with_value else result[1]
+    jitted.__dualbcast_gradient__ = spec
+    jitted.__dualbcast_jitted__ = True
+    return jitted
+
+
+def _short_gradients(grads, leaves, structures, single):
+    """The gradients of a replay on the short path, rebuilt per argument."""
+    if single and structures[0][0] is None:     # one array or float: the common case
+        return gradient_like(leaves[0], grads[0], set())
+    gradients = leaf_gradients(leaves, grads[:len(leaves)], set())
+    results, start = [], 0
+    for tree, count in structures:
+        results.append(gradients[start] if tree is None
+                       else unflatten(tree, gradients[start:start + count]))
+        start += count
+    return results[0] if single else tuple(results)
+
+
+class Programs:
+    """The programs of one jitted function, by signature."""
+
+    MAX_SIGNATURES = 32
+
+    def __init__(self, f):
+        self.f = f
+        self.free_variables = free_variables(f)
+        self.entries = {}       # signature key -> _Entry, oldest first
+
+    def call(self, args, kwargs, positions, differentiated, out, single):
+        """One value and gradient: replayed if it can be, else traced (and recorded)."""
+        call = self.lookup(args, kwargs, differentiated)
+        if call is not None and call.program is not None:
+            try:
+                return call.replay(args, positions, out, single)
+            except GuardFailed:
+                pass
+        if call is None:        # an argument no signature can compare: eager
+            return value_and_gradient(self.f, args, positions, out, single,
+                                      trace_value(self.f, kwargs))
+        return call.trace(args, kwargs, positions, out, single)
+
+    def lookup(self, args, kwargs, differentiated):
+        """The :class:`Call` for these arguments (``differentiated``: a bool per
+        argument), or None if they cannot be replayed."""
+        try:
+            key, arrays = signature(args, kwargs, differentiated)
+            entry = self.entries.get(key)
+        except (Unreplayable, TypeError):       # TypeError: an unhashable dict key
+            return None
+        if entry is None:
+            if len(self.entries) >= self.MAX_SIGNATURES:
+                del self.entries[next(iter(self.entries))]
+            entry = self.entries[key] = _Entry()
+        return Call(self, entry, arrays)
+
+    def replay_short(self, args, differentiated, ranks):
+        """The common call on a short path: no keyword arguments, a program already
+        generated (or fused), differentiated arguments of arrays and float scalars
+        (alone or in tuples, lists, dicts).  ``(value, cotangents by leaf, leaves,
+        structures)`` (per differentiated argument ``(treedef or None for a lone leaf,
+        number of leaves)``), or None: the caller takes the general path, which also
+        deals with whatever failed here.  ``ranks``: per differentiated argument in
+        argnums' order, its rank among them in argument order."""
+        trees = []
+        try:
+            key, arrays = signature(args, None, differentiated, trees)
+            entry = self.entries.get(key)
+        except (Unreplayable, TypeError):
+            return None
+        program = None if entry is None else entry.program
+        if program is None or program.generated is None or program.output[0] != "slot":
+            return None
+        values, structures = [], []
+        for rank in ranks:      # (trees come in argument order, the leaves' slots in argnums')
+            leaves, tree = trees[rank]
+            values += leaves
+            structures.append((tree, len(leaves)))
+        # (every leaf is a float array or scalar: a program exists only for those)
+        try:
+            program.check(arrays, self.free_variables)
+        except Exception:
+            return None
+        if program.fusion is not None:
+            fused = program.run_fused(values)
+            if fused is not None:
+                entry.replays += 1
+                return fused + (values, structures)
+        tape = Tape(single_use=True)
+        tape.values = values
+        errors = raise_float_errors()
+        try:
+            residuals = program.generated[0](tape, values)
+        except Exception:
+            return None
+        finally:
+            restore_float_errors(errors)
+        output = program.output[1]
+        seed = SEED_FOR.get(type(values[output]))
+        if seed is None:
+            return None
+        entry.replays += 1
+        return (values[output], program.backward(values, residuals, ((output, seed),)),
+                values, structures)
+
+
+class _Entry:
+    __slots__ = ("program", "traces", "replays", "failures", "replayable")
+
+    def __init__(self):
+        self.program = None
+        self.traces = 0
+        self.replays = 0
+        self.failures = 0
+        self.replayable = True      # False once a trace did what a replay cannot redo
+
+    @property
+    def wanted(self):
+        # Recorded unless control flow changes on most calls (a branch on a value that
+        # keeps changing): every replay would fail after its checks.
+        return self.replayable and self.failures <= 2 * self.replays + 4
+
+
+class Call:
+    """One call's arguments against its signature's entry (and the entry's program as
+    the call found it: another thread may replace it meanwhile)."""
+
+    __slots__ = ("programs", "entry", "arrays", "program")
+
+    def __init__(self, programs, entry, arrays):
+        self.programs = programs
+        self.entry = entry
+        self.arrays = arrays
+        self.program = entry.program
+
+    def replay(self, args, positions, out, single):
+        """The value and gradient, replayed; :class:`GuardFailed` if they would differ
+        from a trace's (nothing is written to the caller's arrays that a trace will
+        not overwrite).
+
+        An error the trace did not meet also means tracing again: ``f`` may catch it
+        (``try: 1.0 / x``), or run the operation under other NumPy error settings —
+        which is also why a replay raises on floating-point errors NumPy would only
+        warn about: the trace that follows warns (or raises) as ``f`` says."""
+        program = self.program
+        residuals = []
+
+        def forward(tape, traced_args):
+            errors = raise_float_errors()
+            try:
+                output, kept = program.run(tape, self.arrays, self.programs.free_variables)
+            except Exception:
+                self.entry.failures += 1
+                self.entry.program = None
+                raise GuardFailed from None
+            finally:
+                restore_float_errors(errors)
+            self.entry.replays += 1
+            residuals.append(kept)
+            return output
+
+        return value_and_gradient(self.programs.f, args, positions, out, single, forward,
+                                  lambda tape, seeds: program.gradients(tape, residuals[0],
+                                                                        seeds),
+                                  rebuild=False)
+
+    def trace(self, args, kwargs, positions, out, single):
+        """The value and gradient, traced; the trace's program kept for replays."""
+        entry, f = self.entry, self.programs.f
+        if not entry.wanted:
+            entry.traces += 1
+            return value_and_gradient(f, args, positions, out, single, trace_value(f, kwargs))
+        recorder = ProgramRecorder()
+        # What the program is checked against later, taken before f runs (f may write
+        # into an argument): its free variables and the argument arrays' contents.
+        free = self.programs.free_variables()
+        arrays = [np.array(a, copy=True) for a in self.arrays]
+        outputs = []
+
+        def forward(tape, traced_args):
+            outputs.append(f(*traced_args, **kwargs))
+            return outputs[0]
+
+        def gradients_of(tape, seeds):
+            program = compile_program(tape, recorder, outputs[0], arrays, free)
+            entry.traces += 1
+            entry.program = program
+            entry.replayable = program is not None
+            return backward(tape, seeds)
+
+        return value_and_gradient(f, args, positions, out, single, forward, gradients_of,
+                                  recorder=recorder)
