@@ -41,8 +41,7 @@ def grad(f: Callable, argnums: Argnums = 0, *, out: Any = None) -> Callable:
     @functools.wraps(f)
     def grad_f(*args, **kwargs):
         return value_and_grad_f(*args, **kwargs)[1]
-    grad_f.__dualbcast_gradient__ = GradientFunction(f, argnums, out, with_value=False)
-    return grad_f
+    return _marked(grad_f, GradientFunction(f, argnums, out, with_value=False))
 
 
 def value_and_grad(f: Callable, argnums: Argnums = 0, *, out: Any = None) -> Callable:
@@ -73,9 +72,13 @@ def value_and_grad(f: Callable, argnums: Argnums = 0, *, out: Any = None) -> Cal
     def value_and_grad_f(*args, **kwargs):
         positions = positions_for(len(args))[0]
         return value_and_gradient(f, args, positions, out, single, trace_value(f, kwargs))
-    value_and_grad_f.__dualbcast_gradient__ = GradientFunction(f, argnums, out,
-                                                               with_value=True)
-    return value_and_grad_f
+    return _marked(value_and_grad_f, GradientFunction(f, argnums, out, with_value=True))
+
+
+def _marked(function: Callable, spec: GradientFunction) -> Callable:
+    """``function``, carrying what made it (``dualbcast.jit`` reads it)."""
+    setattr(function, "__dualbcast_gradient__", spec)
+    return function
 
 
 def vjp(f: Callable, *primals: Any) -> tuple[Any, Callable]:

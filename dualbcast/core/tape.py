@@ -29,6 +29,8 @@ replay could redo.  See :class:`Recorder`.
 """
 import numpy as np
 
+from .scatter import scatter_add
+
 try:
     # np.errstate costs ~2 µs, a tenth of a small gradient; the state it sets can be
     # made once and swapped in (NumPy 2's private context variable behind errstate).
@@ -225,7 +227,7 @@ def accumulate(grads, owned, values, slot, ct):
             grads[slot] = current = buffer
             owned[slot] = 1
         if ct.repeats:
-            np.add.at(current, ct.index, ct.values)
+            scatter_add(current, ct.index, ct.values)
         else:
             current[ct.index] += ct.values
     elif current is None:

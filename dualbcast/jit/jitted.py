@@ -89,8 +89,8 @@ def _jitted(spec):
                 return (value, gradient) if with_value else gradient
         result = programs.call(args, kwargs, positions, differentiated, out, single)
         return result if with_value else result[1]
-    jitted.__dualbcast_gradient__ = spec
-    jitted.__dualbcast_jitted__ = True
+    setattr(jitted, "__dualbcast_gradient__", spec)
+    setattr(jitted, "__dualbcast_jitted__", True)
     return jitted
 
 

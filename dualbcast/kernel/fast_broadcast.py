@@ -1,7 +1,10 @@
 """``@fast_broadcast``: a scalar Python function compiled into fused array loops."""
+from __future__ import annotations
+
 import functools
 import inspect
 import math
+from typing import Any, Callable, Sequence, Union
 
 import numba
 import numpy as np
@@ -19,6 +22,7 @@ from ..positions import argument_positions
 from .tracing import hook, traced
 
 _OPTIONS = ("fastmath", "libm")
+Wrt = Union[int, Sequence[int]]
 _MAX_PREPARED = 256          # prepared calls kept per kernel (then the cache restarts)
 
 
@@ -34,7 +38,7 @@ class FastBroadcast:
     add forward-mode derivatives with respect to the ``wrt`` arguments only.
     """
 
-    def __init__(self, py_func, *, fastmath=False, libm=False):
+    def __init__(self, py_func: Callable, *, fastmath: bool = False, libm: bool = False):
         functools.update_wrapper(self, py_func)
         self.py_func = py_func
         self._signature = inspect.signature(py_func)
@@ -59,7 +63,7 @@ class FastBroadcast:
 
     # ------------------------------------------------------------------ public API
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The kernel applied elementwise with NumPy broadcasting (a scalar for
         all-scalar input, like a ufunc).  Inside ``grad``, traced arguments get
         their partials from the same loop (the fast broadcast rule)."""
@@ -68,7 +72,7 @@ class FastBroadcast:
         args = self._bind(args, kwargs)
         return self.prepare("map", args).map(args)
 
-    def sum(self, *args, **kwargs):
+    def sum(self, *args: Any, **kwargs: Any) -> Any:
         """``sum(k(*args))`` in one loop, without materialising ``k(*args)``.  Inside
         ``grad``, the gradient of the sum comes from the same loop (the sum-of-map rule)."""
         if traced(args) or kwargs and traced(kwargs.values()):
@@ -76,13 +80,14 @@ class FastBroadcast:
         args = self._bind(args, kwargs)
         return self.prepare("sum", args).sum(args)
 
-    def value_and_partials(self, *args, wrt=0, **kwargs):
+    def value_and_partials(self, *args: Any, wrt: Wrt = 0, **kwargs: Any) -> tuple[Any, Any]:
         """Values and the partials with respect to the ``wrt`` arguments, each at the
         broadcast shape.  ``wrt`` an int gives one partials array, a tuple a tuple."""
         args = self._bind(args, kwargs)
         return self.prepare("partials", args, wrt).value_and_partials(args)
 
-    def sum_and_partials(self, *args, wrt=0, out=None, **kwargs):
+    def sum_and_partials(self, *args: Any, wrt: Wrt = 0, out: Any = None,
+                         **kwargs: Any) -> tuple[Any, Any]:
         """``sum(k(*args))`` and its gradient with respect to each ``wrt`` argument, at
         that argument's own shape and dtype.  A broadcast argument's gradient is
         reduced inside the loop: no temporary of the broadcast size is allocated.
@@ -92,7 +97,7 @@ class FastBroadcast:
         return self.prepare("sum_partials", args, wrt).sum_and_partials(args, out)
 
     @property
-    def specializations(self):
+    def specializations(self) -> dict:
         """The compiled loops: ``{LoopSpec: [Numba signatures]}`` (for inspection)."""
         return {loop.spec: list(loop.signatures) for loop in self._loops.values()}
 
@@ -231,7 +236,7 @@ def _typeof_kernel(kernel, context):
     return types.Dispatcher(kernel.scalar_kernel)
 
 
-def fast_broadcast(func=None, **options):
+def fast_broadcast(func: Callable | None = None, **options: bool) -> Any:
     """Compile a scalar Python function into a broadcasting, differentiable kernel.
 
     Use as ``@fast_broadcast`` or with options, ``@fast_broadcast(fastmath=True)``:

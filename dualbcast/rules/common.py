@@ -14,6 +14,8 @@ def unbroadcast(ct, shape):
     ct_shape = getattr(ct, "shape", ())
     if ct_shape == shape:
         return ct
+    if not shape:                   # to a scalar: one reduction (np.sum's wrapper is ~2 µs)
+        return np.add.reduce(ct, axis=None)
     extra = len(ct_shape) - len(shape)
     axes = tuple(range(extra)) + tuple(
         extra + i for i, n in enumerate(shape) if n == 1 and ct_shape[extra + i] != 1)

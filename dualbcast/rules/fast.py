@@ -104,10 +104,21 @@ def _map_vjp(partial, position, single_use):
         # Backward runs once on a single-use tape: the partials buffer becomes the
         # cotangent.  NaN-safe like every rule: a zero cotangent gives 0 even where the
         # partial is infinite.
+        shape = shape_of(args[position])
+        if not shape and type(g) is np.ndarray and g.dtype == _FLOAT64 \
+                and type(partial) is np.ndarray and partial.shape == g.shape:
+            # A scalar argument (a coefficient): sum(g * partial) in one pass, unless a
+            # nan says that a zero cotangent met an infinite partial somewhere.
+            ct = np.dot(g.reshape(-1), partial.reshape(-1))
+            if ct == ct:
+                return ct
         reuse = single_use and type(partial) is np.ndarray and partial.shape == shape_of(g)
         ct = nan_safe(g, partial, out=partial if reuse else None)
-        return unbroadcast(ct, shape_of(args[position]))
+        return unbroadcast(ct, shape)
     return vjp
+
+
+_FLOAT64 = np.dtype(np.float64)
 
 
 def _sum_vjp(gradient, single_use):
