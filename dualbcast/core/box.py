@@ -16,9 +16,8 @@ import operator
 
 import numpy as np
 
-from .registry import (CONSTANT_FUNCTIONS, CONSTANT_UFUNCS, FUNCTION_RULES,
-                       SCALAR_LINEAR_PARTIALS, SCALAR_UFUNC_VJPS, SHAPE_ONLY_FUNCTIONS,
-                       UFUNC_VJPS)
+from .registry import (CONSTANTS, FUNCTION_RULES, SCALAR_LINEAR_PARTIALS, SCALAR_UFUNC_VJPS,
+                       SHAPE_ONLY_FUNCTIONS, UFUNC_VJPS)
 from .tape import LinearRecord, Record
 
 _NO_KWARGS = {}
@@ -162,7 +161,7 @@ def call_ufunc(ufunc, inputs):
     vjps = UFUNC_VJPS.get(ufunc)
     if vjps is not None:
         return apply(ufunc, vjps, inputs, scalar_vjps=SCALAR_UFUNC_VJPS.get(ufunc))
-    if ufunc in CONSTANT_UFUNCS:
+    if ufunc in CONSTANTS:
         return constant(ufunc, inputs)
     raise NotImplementedError(f"dualbcast has no gradient rule for numpy.{ufunc.__name__} "
                               f"(called on a traced value)")
@@ -172,7 +171,7 @@ def call_function(func, args, kwargs):
     rule = FUNCTION_RULES.get(func)
     if rule is not None:
         return rule(*args, **kwargs)
-    if func in CONSTANT_FUNCTIONS:
+    if func in CONSTANTS:
         return constant(func, args, kwargs)
     name = getattr(func, "__name__", repr(func))
     module = getattr(func, "__module__", None) or "numpy"
@@ -311,7 +310,7 @@ def _with_constant(linear, op, x, y, box, position):
 def _operator(ufunc, op, x, y):
     vjps = UFUNC_VJPS.get(ufunc)
     if vjps is None:
-        if ufunc in CONSTANT_UFUNCS:
+        if ufunc in CONSTANTS:
             return constant(op, (x, y))
         return call_ufunc(ufunc, (x, y))    # raises NotImplementedError naming the ufunc
     # The hot path of scalar code (a fold, a polynomial of a kernel's sum): ``apply``

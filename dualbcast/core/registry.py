@@ -1,28 +1,54 @@
-"""Where rules register themselves; the core looks them up here and holds no math.
+"""The rules the core looks up, and the one way to register them: :func:`defrule`.
 
-- ``UFUNC_VJPS[ufunc]``: a tuple with one ``vjp(g, ans, *inputs)`` per ufunc input, or
-  None for an input no gradient flows through.
-- ``SCALAR_UFUNC_VJPS[ufunc]``: the same vjps for a call whose result is a scalar (so
-  every input was one): nothing to unbroadcast, the hot path of scalar code.
-- ``SCALAR_LINEAR_PARTIALS[ufunc]``: for the two-argument ufuncs whose local partials
-  cost little to form (``add``, ``subtract``, ``multiply``, ``power`` by a constant),
-  ``partials(x, y) -> (dx, dy)`` on scalars, or the pair itself when it is constant
-  (``add``, ``subtract``): the record keeps them and the backward pass only
-  multiplies.  A partial may be None (no cheap form: the call is recorded with its
-  vjps instead), and so may the whole result.
-- ``CONSTANT_UFUNCS``: ufuncs whose derivative is zero almost everywhere (comparisons,
-  ``floor``, ``sign``...): computed on the values, the result is a plain constant.
-- ``FUNCTION_RULES[func]``: a callable taking ``func``'s arguments (traced or not) for
-  NumPy functions reached through ``__array_function__``.
-- ``CONSTANT_FUNCTIONS``: functions whose result does not depend differentiably on the
-  values (``np.shape``, ``np.argmax``, ``np.zeros_like``...).
-- ``SHAPE_ONLY_FUNCTIONS``: those of them whose result depends on shapes and dtypes
-  only (``np.shape``, ``np.zeros_like``): a replay need not check it again.
+The core holds no math: each NumPy function or ufunc it can trace is described here by
+a rule module (:mod:`dualbcast.rules`) through :func:`defrule`, and the core's boxes
+look the description up by function.  The tables below are what ``defrule`` fills;
+nothing else writes them.
 """
-UFUNC_VJPS = {}
-SCALAR_UFUNC_VJPS = {}
-SCALAR_LINEAR_PARTIALS = {}
-CONSTANT_UFUNCS = set()
-FUNCTION_RULES = {}
-CONSTANT_FUNCTIONS = set()
-SHAPE_ONLY_FUNCTIONS = set()
+UFUNC_VJPS = {}             # ufunc -> a vjp (or None) per input
+SCALAR_UFUNC_VJPS = {}      # ufunc -> the same for an all-scalar call
+SCALAR_LINEAR_PARTIALS = {}  # ufunc -> partials(x, y) -> (dx, dy), or the constant pair
+FUNCTION_RULES = {}         # function -> its trace(*args, **kwargs)
+CONSTANTS = set()           # functions and ufuncs whose results are constants
+SHAPE_ONLY_FUNCTIONS = set()  # those of them that depend on shapes and dtypes only
+
+
+def defrule(func, *, vjps=None, scalar_vjps=None, partials=None, trace=None,
+            constant=False, shape_only=False):
+    """Tell the core how to trace ``func``.  One of:
+
+    - ``vjps`` (a ufunc called on traced values, or reached through an operator): one
+      ``vjp(g, ans, *inputs)`` per input, giving that input's cotangent at its own
+      shape, or None where no gradient flows.  ``scalar_vjps``: the same for a call
+      whose inputs are all scalars (nothing to unbroadcast: the hot path of scalar
+      code; default ``vjps``).  ``partials``: for a two-input ufunc whose local
+      partials cost little, ``partials(x, y) -> (dx, dy)`` on scalars (either may be
+      None: no cheap form), or the pair itself when it is constant (``add``): the
+      record keeps them and the backward pass only multiplies;
+    - ``trace`` (a NumPy function reached through ``__array_function__``, or a method):
+      called with ``func``'s arguments, boxes among them, it checks them and records
+      the call (:func:`dualbcast.core.box.apply`), or builds it from other traced
+      operations;
+    - ``constant=True``: ``func``'s result does not depend differentiably on its
+      inputs (a comparison, ``np.floor``, ``np.argmax``): computed on the values, it is
+      a constant, which a replay must check again — unless ``shape_only=True``: it
+      depends on the inputs' shapes and dtypes only (``np.shape``, ``np.zeros_like``).
+    """
+    given = (vjps is not None) + (trace is not None) + bool(constant)
+    if given != 1:
+        raise TypeError(f"defrule({func!r}): give exactly one of vjps=, trace=, constant=True")
+    if (scalar_vjps is not None or partials is not None) and vjps is None:
+        raise TypeError(f"defrule({func!r}): scalar_vjps= and partials= go with vjps=")
+    if shape_only and not constant:
+        raise TypeError(f"defrule({func!r}): shape_only=True goes with constant=True")
+    if vjps is not None:
+        UFUNC_VJPS[func] = tuple(vjps)
+        SCALAR_UFUNC_VJPS[func] = tuple(vjps if scalar_vjps is None else scalar_vjps)
+        if partials is not None:
+            SCALAR_LINEAR_PARTIALS[func] = partials
+    elif trace is not None:
+        FUNCTION_RULES[func] = trace
+    else:
+        CONSTANTS.add(func)
+        if shape_only:
+            SHAPE_ONLY_FUNCTIONS.add(func)

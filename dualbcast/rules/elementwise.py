@@ -12,8 +12,7 @@ side at a tie, and a zero cotangent meeting an infinite local derivative gives 0
 """
 import numpy as np
 
-from ..core.registry import (CONSTANT_UFUNCS, SCALAR_LINEAR_PARTIALS, SCALAR_UFUNC_VJPS,
-                             UFUNC_VJPS)
+from ..core.registry import defrule
 from ..core.tape import ignore_float_errors, restore_float_errors
 from .common import nan_safe, shape_of, unbroadcast
 
@@ -29,11 +28,12 @@ def _reduced(vjp, position):
     return vjp_to_input_shape
 
 
-def elementwise(ufunc, *vjps):
-    """Register an elementwise ufunc's VJPs (None: no gradient through that input)."""
-    UFUNC_VJPS[ufunc] = tuple(None if vjp is None else _reduced(vjp, i)
-                              for i, vjp in enumerate(vjps))
-    SCALAR_UFUNC_VJPS[ufunc] = vjps
+def elementwise(ufunc, *vjps, partials=None):
+    """Register an elementwise ufunc's VJPs (None: no gradient through that input),
+    and its cheap scalar ``partials`` if it has them (see :func:`~dualbcast.core.registry.defrule`)."""
+    defrule(ufunc, vjps=[None if vjp is None else _reduced(vjp, i)
+                         for i, vjp in enumerate(vjps)],
+            scalar_vjps=vjps, partials=partials)
 
 
 def _half_at_ties(wins, ties):
@@ -72,12 +72,10 @@ elementwise(np.fabs, lambda g, ans, x: g * np.sign(x))
 elementwise(np.deg2rad, lambda g, ans, x: g * (np.pi / 180.0))
 elementwise(np.rad2deg, lambda g, ans, x: g * (180.0 / np.pi))
 
-elementwise(np.add, lambda g, ans, x, y: g, lambda g, ans, x, y: g)
-elementwise(np.subtract, lambda g, ans, x, y: g, lambda g, ans, x, y: -g)
-elementwise(np.multiply, lambda g, ans, x, y: nan_safe(g, y), lambda g, ans, x, y: nan_safe(g, x))
-SCALAR_LINEAR_PARTIALS[np.add] = (1.0, 1.0)
-SCALAR_LINEAR_PARTIALS[np.subtract] = (1.0, -1.0)
-SCALAR_LINEAR_PARTIALS[np.multiply] = lambda x, y: (y, x)
+elementwise(np.add, lambda g, ans, x, y: g, lambda g, ans, x, y: g, partials=(1.0, 1.0))
+elementwise(np.subtract, lambda g, ans, x, y: g, lambda g, ans, x, y: -g, partials=(1.0, -1.0))
+elementwise(np.multiply, lambda g, ans, x, y: nan_safe(g, y), lambda g, ans, x, y: nan_safe(g, x),
+            partials=lambda x, y: (y, x))
 elementwise(np.true_divide, lambda g, ans, x, y: nan_safe(g, np.divide(1.0, y)),
             lambda g, ans, x, y: nan_safe(-g, np.divide(x, y) / y))
 _NUMPY_FLOATS = (np.float64, np.float32)
@@ -94,13 +92,6 @@ def _power_dx(g, ans, x, y):
         local = y * np.power(x, y - 1.0) if y != 0 else np.zeros_like(np.multiply(x, 0.0))
         return nan_safe(g, local)
     return nan_safe(g, np.where(y == 0, 0.0, y * np.power(x, y - 1.0)))
-
-
-elementwise(np.power,
-            _power_dx,
-            # d/dy x**y: log(x) * x**y, 0 at x == 0 (JAX's limit), nan for x < 0.
-            lambda g, ans, x, y: nan_safe(g, np.where(x == 0, 0.0, ans * np.log(
-                np.where(x == 0, 1.0, x)))))
 
 
 def _power_partials(x, y):
@@ -121,9 +112,13 @@ def _power_partials(x, y):
         restore_float_errors(errors)
 
 
-SCALAR_LINEAR_PARTIALS[np.power] = _power_partials
-UFUNC_VJPS[np.float_power] = UFUNC_VJPS[np.power]
-SCALAR_UFUNC_VJPS[np.float_power] = SCALAR_UFUNC_VJPS[np.power]
+def _power_dy(g, ans, x, y):
+    # d/dy x**y: log(x) * x**y, 0 at x == 0 (JAX's limit), nan for x < 0.
+    return nan_safe(g, np.where(x == 0, 0.0, ans * np.log(np.where(x == 0, 1.0, x))))
+
+
+elementwise(np.power, _power_dx, _power_dy, partials=_power_partials)
+elementwise(np.float_power, _power_dx, _power_dy)
 elementwise(np.arctan2,
             # d atan2(y, x) = (x dy - y dx) / (x^2 + y^2), with hypot: no overflow.
             lambda g, ans, y, x: g * (x / np.hypot(x, y)) / np.hypot(x, y),
@@ -153,8 +148,8 @@ elementwise(np.fmod, lambda g, ans, x, y: g, lambda g, ans, x, y: -g * np.trunc(
 elementwise(np.copysign, lambda g, ans, x, y: g * np.sign(x) * np.sign(ans), None)
 
 # Piecewise constant, boolean or integer results: computed on values, never traced.
-CONSTANT_UFUNCS.update({
-    np.floor, np.ceil, np.trunc, np.rint, np.sign, np.signbit, np.floor_divide, np.heaviside,
-    np.isnan, np.isinf, np.isfinite, np.less, np.less_equal, np.greater, np.greater_equal,
-    np.equal, np.not_equal, np.logical_and, np.logical_or, np.logical_xor, np.logical_not,
-})
+for _ufunc in (np.floor, np.ceil, np.trunc, np.rint, np.sign, np.signbit, np.floor_divide,
+               np.heaviside, np.isnan, np.isinf, np.isfinite, np.less, np.less_equal,
+               np.greater, np.greater_equal, np.equal, np.not_equal, np.logical_and,
+               np.logical_or, np.logical_xor, np.logical_not):
+    defrule(_ufunc, constant=True)

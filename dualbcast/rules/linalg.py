@@ -2,7 +2,7 @@
 import numpy as np
 
 from ..core.box import apply
-from ..core.registry import FUNCTION_RULES, UFUNC_VJPS
+from ..core.registry import defrule
 from .common import no_out, unbroadcast
 
 
@@ -30,7 +30,7 @@ def _matmul_vjp_b(g, ans, a, b):
     return unbroadcast(np.swapaxes(a2, -1, -2) @ g2, np.shape(b2)).reshape(np.shape(b))
 
 
-UFUNC_VJPS[np.matmul] = (_matmul_vjp_a, _matmul_vjp_b)
+defrule(np.matmul, vjps=(_matmul_vjp_a, _matmul_vjp_b))
 
 
 def _dot_rule(a, b, out=None):
@@ -56,5 +56,5 @@ def _outer_rule(a, b, out=None):
     return apply(np.outer, (_outer_vjp_a, _outer_vjp_b), (a, b))
 
 
-FUNCTION_RULES[np.dot] = _dot_rule
-FUNCTION_RULES[np.outer] = _outer_rule
+defrule(np.dot, trace=_dot_rule)
+defrule(np.outer, trace=_outer_rule)

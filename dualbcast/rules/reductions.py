@@ -2,7 +2,7 @@
 import numpy as np
 
 from ..core.box import apply, constant
-from ..core.registry import FUNCTION_RULES
+from ..core.registry import defrule
 from .common import constant_dtype, no_out
 
 
@@ -89,7 +89,7 @@ def _reduction(func, vjp):
         if constant_dtype(name, dtype):
             return constant(func, (a,), kwargs)
         return apply(func, (vjp,), (a,), kwargs)
-    FUNCTION_RULES[func] = rule
+    defrule(func, trace=rule)
 
 
 _reduction(np.sum, _sum_vjp)
@@ -121,6 +121,6 @@ def _std_rule(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **unsu
     return np.sqrt(_var_rule(a, axis=axis, ddof=ddof, keepdims=keepdims))
 
 
-FUNCTION_RULES[np.cumsum] = _cumsum_rule
-FUNCTION_RULES[np.var] = _var_rule
-FUNCTION_RULES[np.std] = _std_rule
+defrule(np.cumsum, trace=_cumsum_rule)
+defrule(np.var, trace=_var_rule)
+defrule(np.std, trace=_std_rule)

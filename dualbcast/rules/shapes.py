@@ -7,14 +7,14 @@ import operator
 import numpy as np
 
 from ..core.box import Box, apply, constant, keep, unbox
-from ..core.registry import CONSTANT_FUNCTIONS, FUNCTION_RULES, SHAPE_ONLY_FUNCTIONS
+from ..core.registry import defrule
 from ..core.tape import SparseCotangent
 from .common import constant_dtype, no_out, unbroadcast
 
 
 def _register(func):
     def decorate(rule):
-        FUNCTION_RULES[func] = rule
+        defrule(func, trace=rule)
         return rule
     return decorate
 
@@ -65,19 +65,19 @@ def _transpose_vjp(g, ans, a, axes=None):
     return np.transpose(g, np.argsort([axis % np.ndim(a) for axis in axes]))
 
 
-FUNCTION_RULES[np.reshape] = _reshape_rule
-FUNCTION_RULES[np.ravel] = _ravel_rule
-FUNCTION_RULES[np.transpose] = _linear(np.transpose, _transpose_vjp)
-FUNCTION_RULES[np.swapaxes] = _linear(
-    np.swapaxes, lambda g, ans, a, axis1, axis2: np.swapaxes(g, axis1, axis2))
-FUNCTION_RULES[np.moveaxis] = _linear(
-    np.moveaxis, lambda g, ans, a, source, destination: np.moveaxis(g, destination, source))
-FUNCTION_RULES[np.expand_dims] = _linear(np.expand_dims, _to_shape_of)
-FUNCTION_RULES[np.squeeze] = _linear(np.squeeze, _to_shape_of)
-FUNCTION_RULES[np.broadcast_to] = _linear(
-    np.broadcast_to, lambda g, ans, a, shape, subok=False: unbroadcast(g, np.shape(a)))
-FUNCTION_RULES[np.atleast_1d] = lambda *arrays: _atleast(arrays, 1)
-FUNCTION_RULES[np.atleast_2d] = lambda *arrays: _atleast(arrays, 2)
+defrule(np.reshape, trace=_reshape_rule)
+defrule(np.ravel, trace=_ravel_rule)
+defrule(np.transpose, trace=_linear(np.transpose, _transpose_vjp))
+defrule(np.swapaxes, trace=_linear(
+    np.swapaxes, lambda g, ans, a, axis1, axis2: np.swapaxes(g, axis1, axis2)))
+defrule(np.moveaxis, trace=_linear(
+    np.moveaxis, lambda g, ans, a, source, destination: np.moveaxis(g, destination, source)))
+defrule(np.expand_dims, trace=_linear(np.expand_dims, _to_shape_of))
+defrule(np.squeeze, trace=_linear(np.squeeze, _to_shape_of))
+defrule(np.broadcast_to, trace=_linear(
+    np.broadcast_to, lambda g, ans, a, shape, subok=False: unbroadcast(g, np.shape(a))))
+defrule(np.atleast_1d, trace=lambda *arrays: _atleast(arrays, 1))
+defrule(np.atleast_2d, trace=lambda *arrays: _atleast(arrays, 2))
 
 
 def _atleast(arrays, ndim):
@@ -182,7 +182,7 @@ def _joining(join, vjp):
         if constant_dtype(name, dtype):
             return constant(join, (list(arrays),), kwargs)
         return apply(joined, vjps(len(arrays)), arrays, kwargs)
-    FUNCTION_RULES[join] = rule
+    defrule(join, trace=rule)
     return rule
 
 
@@ -239,14 +239,15 @@ def _clip_rule(a, a_min=None, a_max=None, out=None, *, min=None, max=None, **kwa
     return a
 
 
-CONSTANT_FUNCTIONS.update({
-    np.shape, np.ndim, np.size, np.result_type, np.argmax, np.argmin, np.argsort,
-    np.nonzero, np.flatnonzero, np.count_nonzero, np.isclose, np.allclose, np.array_equal,
-    np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.any, np.all, np.sign,
-    np.round, np.around, np.floor, np.ceil, np.isnan, np.isfinite, np.isinf, np.searchsorted,
-    np.iscomplexobj, np.isrealobj,
-})
-SHAPE_ONLY_FUNCTIONS.update({
+# Results that depend on traced values but not differentiably (indices, masks, rounding,
+# shapes): constants.  The shape-only ones need no check when a program is replayed.
+_SHAPE_ONLY = {
     np.shape, np.ndim, np.size, np.result_type, np.zeros_like, np.ones_like, np.empty_like,
     np.iscomplexobj, np.isrealobj,      # (not full_like: its fill value may be traced)
-})
+}
+for _func in (np.shape, np.ndim, np.size, np.result_type, np.argmax, np.argmin, np.argsort,
+              np.nonzero, np.flatnonzero, np.count_nonzero, np.isclose, np.allclose,
+              np.array_equal, np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.any,
+              np.all, np.sign, np.round, np.around, np.floor, np.ceil, np.isnan, np.isfinite,
+              np.isinf, np.searchsorted, np.iscomplexobj, np.isrealobj):
+    defrule(_func, constant=True, shape_only=_func in _SHAPE_ONLY)
