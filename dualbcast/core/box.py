@@ -391,6 +391,13 @@ def _detaching(what):
     return method
 
 
+# The ufunc whose rule each Python operator a record may name (its func or op) follows.
+OPERATOR_UFUNCS = {operator.add: np.add, operator.sub: np.subtract, operator.mul: np.multiply,
+                   operator.truediv: np.true_divide, operator.floordiv: np.floor_divide,
+                   operator.mod: np.remainder, operator.pow: np.power,
+                   operator.matmul: np.matmul, operator.neg: np.negative, abs: np.absolute}
+
+
 class Box:
     """A traced float array or scalar inside ``grad``, ``value_and_grad`` or ``vjp``."""
 

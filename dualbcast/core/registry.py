@@ -5,15 +5,32 @@ a rule module (:mod:`dualbcast.rules`) through :func:`defrule`, and the core's b
 look the description up by function.  The tables below are what ``defrule`` fills;
 nothing else writes them.
 """
+from typing import NamedTuple, Optional
+
 UFUNC_VJPS = {}             # ufunc -> a vjp (or None) per input
 SCALAR_UFUNC_VJPS = {}      # ufunc -> the same for an all-scalar call
 SCALAR_LINEAR_PARTIALS = {}  # ufunc -> partials(x, y) -> (dx, dy), or the constant pair
 FUNCTION_RULES = {}         # function -> its trace(*args, **kwargs)
 CONSTANTS = set()           # functions and ufuncs whose results are constants
 SHAPE_ONLY_FUNCTIONS = set()  # those of them that depend on shapes and dtypes only
+SCALAR_FORMS = {}           # ufunc -> its ScalarForm (the core only keeps it)
 
 
-def defrule(func, *, vjps=None, scalar_vjps=None, partials=None, trace=None,
+class ScalarForm(NamedTuple):
+    """A scalar rule written as expressions over ``{x}`` and ``{y}`` (the operands),
+    ``{g}`` (the output's cotangent) and ``pow`` (the C library's), for code that
+    compiles a program (``dualbcast.jit``'s fusion).  They must be the IEEE operations,
+    in the same order, that the rule's Python functions perform on float64 scalars.
+
+    ``value``: the output; then either ``partials``, the local partial per input that
+    the rule's ``partials`` form (None: no form), or ``cotangents``, the cotangent per
+    input that its scalar vjps give (NaN-safe: 0 wherever ``{g}`` is 0)."""
+    value: str
+    partials: Optional[tuple] = None
+    cotangents: Optional[tuple] = None
+
+
+def defrule(func, *, vjps=None, scalar_vjps=None, partials=None, form=None, trace=None,
             constant=False, shape_only=False):
     """Tell the core how to trace ``func``.  One of:
 
@@ -24,7 +41,8 @@ def defrule(func, *, vjps=None, scalar_vjps=None, partials=None, trace=None,
       code; default ``vjps``).  ``partials``: for a two-input ufunc whose local
       partials cost little, ``partials(x, y) -> (dx, dy)`` on scalars (either may be
       None: no cheap form), or the pair itself when it is constant (``add``): the
-      record keeps them and the backward pass only multiplies;
+      record keeps them and the backward pass only multiplies.  ``form``: the same
+      rule as a :class:`ScalarForm`, for code that compiles it;
     - ``trace`` (a NumPy function reached through ``__array_function__``, or a method):
       called with ``func``'s arguments, boxes among them, it checks them and records
       the call (:func:`dualbcast.core.box.apply`), or builds it from other traced
@@ -37,8 +55,8 @@ def defrule(func, *, vjps=None, scalar_vjps=None, partials=None, trace=None,
     given = (vjps is not None) + (trace is not None) + bool(constant)
     if given != 1:
         raise TypeError(f"defrule({func!r}): give exactly one of vjps=, trace=, constant=True")
-    if (scalar_vjps is not None or partials is not None) and vjps is None:
-        raise TypeError(f"defrule({func!r}): scalar_vjps= and partials= go with vjps=")
+    if (scalar_vjps is not None or partials is not None or form is not None) and vjps is None:
+        raise TypeError(f"defrule({func!r}): scalar_vjps=, partials= and form= go with vjps=")
     if shape_only and not constant:
         raise TypeError(f"defrule({func!r}): shape_only=True goes with constant=True")
     if vjps is not None:
@@ -46,6 +64,8 @@ def defrule(func, *, vjps=None, scalar_vjps=None, partials=None, trace=None,
         SCALAR_UFUNC_VJPS[func] = tuple(vjps if scalar_vjps is None else scalar_vjps)
         if partials is not None:
             SCALAR_LINEAR_PARTIALS[func] = partials
+        if form is not None:
+            SCALAR_FORMS[func] = form
     elif trace is not None:
         FUNCTION_RULES[func] = trace
     else:

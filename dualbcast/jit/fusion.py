@@ -34,7 +34,6 @@ cached on disk next to the kernels' loops (its file is named by a hash of its so
 which names the loops' files, which are named by the kernels' fingerprints).
 """
 import hashlib
-import operator
 
 import numba
 import numpy as np
@@ -43,7 +42,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..core.registry import SCALAR_UFUNC_VJPS
+from ..core.box import OPERATOR_UFUNCS
+from ..core.registry import SCALAR_FORMS, SCALAR_UFUNC_VJPS
 from ..core.tape import LinearRecord
 from ..kernel.cache import load_loop
 from ..kernel.loops import REGISTER, STORE
@@ -52,8 +52,6 @@ from ..rules.fast import kernel_sum_loop
 _FLOAT64 = np.dtype(np.float64)
 _SCALARS = (float, np.float64)
 _CONSTANTS = (float, int, np.float64)
-_OPERATORS = {operator.add: "+", operator.sub: "-", operator.mul: "*"}
-_SCALAR_RULES = {operator.neg: np.negative, operator.truediv: np.true_divide}
 
 
 @intrinsic
@@ -145,7 +143,7 @@ class _Writer:
 
     def __init__(self, records, values, leaves, output):
         self.values, self.leaves, self.output = values, leaves, output
-        self.namespace = {"_pow": _libm_pow,
+        self.namespace = {"pow": _libm_pow,
                           "_exact_sum": exact_sum}
         self.params = []                # the fused function's parameters
         self.forward, self.backward = [], []
@@ -162,10 +160,10 @@ class _Writer:
         for k, record in enumerate(records):
             if type(record) is LinearRecord:
                 self._linear(record)
-            elif any(record.func is op for op in _SCALAR_RULES):   # (any func: no hashing)
-                self._scalar(record)
-            else:
+            elif kernel_sum_loop(record.func) is not None:
                 self._kernel_sum(k, record)
+            else:
+                self._scalar(record)
 
     def fusion(self):
         # Every value that must be finite adds ``value * 0.0`` to ``bad``: nan once
@@ -215,62 +213,54 @@ class _Writer:
         self.namespace[name] = float(value)
         return name
 
+    def _form(self, op):
+        # The rule's scalar form, declared beside the rule (dualbcast.rules.elementwise).
+        try:
+            ufunc = OPERATOR_UFUNCS.get(op) if type(op) is not np.ufunc else op
+        except TypeError:               # a record's func need not be hashable
+            raise _NotFusable from None
+        form = SCALAR_FORMS.get(ufunc)
+        _require(form is not None)
+        return ufunc, form
+
     def _linear(self, record):
-        out, parents, op, saved, argnums = (record.out, record.parents, record.op,
-                                            record.args, record.argnums)
-        _require(type(self.values[out]) in _SCALARS)
+        # x + y, x - y, x * y, x ** c: local partials formed in the forward pass; the
+        # backward pass multiplies them by the cotangent, skipped for a zero cotangent
+        # (NaN-safe), and adds the products into the parents'.
+        out, parents, saved, argnums = record.out, record.parents, record.args, record.argnums
+        _, form = self._form(record.op)
+        _require(type(self.values[out]) in _SCALARS and form.partials is not None)
         traced = dict(zip(argnums, parents))
-        a, b = (self._operand(out, i, value, traced) for i, value in enumerate(saved))
-        if op is operator.pow:
-            _require(argnums == (0,))                 # x ** c, c a constant
-            exponent = float(saved[1])
-            self.forward.append(f"v{out} = _pow({a}, {b})")
-            partials = ["0.0" if exponent == 0 else f"{b} * _pow({a}, {b} - 1.0)"]
-        else:
-            _require(op in _OPERATORS)
-            self.forward.append(f"v{out} = {a} {_OPERATORS[op]} {b}")
-            partials = {operator.add: ["1.0", "1.0"], operator.sub: ["1.0", "-1.0"],
-                        operator.mul: [b, a]}[op]
-            partials = [partials[i] for i in argnums]
-        self.forward.append(f"bad += v{out} * 0.0")
+        x, y = (self._operand(out, i, value, traced) for i, value in enumerate(saved))
+        self.forward += [f"v{out} = {form.value.format(x=x, y=y)}", f"bad += v{out} * 0.0"]
         names = []
-        for j, partial in enumerate(partials):
+        for j, i in enumerate(argnums):
+            _require(form.partials[i] is not None)
             names.append(f"q{out}_{j}")
-            self.forward += [f"{names[-1]} = {partial}",
+            self.forward += [f"{names[-1]} = {form.partials[i].format(x=x, y=y)}",
                              f"bad += {names[-1]} * 0.0"]
-        # x + y, x - y, x * y, x ** c: the cotangent times the local partial, skipped for
-        # a zero cotangent (NaN-safe), added into the parent's.
         lines = [f"if h{out} and g{out} != 0.0:"]
         for slot, name in zip(parents, names):
             lines += [f"    ct = g{out} * {name}"] + ["    " + line for line in _add_scalar(slot)]
         self.backward.append(lines)
 
     def _scalar(self, record):
-        # -x and x / y: recorded with their scalar vjps (dualbcast.rules.elementwise),
-        # which this writes out operation for operation.
-        out, parents, argnums, vjps, saved, kwargs, op, others = (
-            record.out, record.parents, record.argnums, record.vjps, record.args,
-            record.kwargs, record.func, record.others)
-        ufunc = _SCALAR_RULES[op]
-        _require(not kwargs and not others and type(self.values[out]) in _SCALARS
-                 and tuple(vjps) == tuple(SCALAR_UFUNC_VJPS[ufunc]))
+        # -x and x / y: recorded with their scalar vjps, written out as the rule's
+        # form gives them, NaN-safe as the vjps are.
+        out, parents, argnums, saved = record.out, record.parents, record.argnums, record.args
+        ufunc, form = self._form(record.func)
+        _require(form.cotangents is not None and not record.kwargs and not record.others
+                 and type(self.values[out]) in _SCALARS
+                 and tuple(record.vjps) == tuple(SCALAR_UFUNC_VJPS[ufunc]))
         traced = dict(zip(argnums, parents))
         operands = [self._operand(out, i, value, traced) for i, value in enumerate(saved)]
-        if op is operator.neg:
-            self.forward.append(f"v{out} = -{operands[0]}")
-            cotangents = {0: [f"ct = -g{out}"]}
-        else:
-            x, y = operands
-            self.forward.append(f"v{out} = {x} / {y}")
-            # nan_safe(g, 1 / y) and nan_safe(-g, x / y / y): g * local, 0 for g == 0
-            cotangents = {0: [f"ct = g{out} * (1.0 / {y})",
-                              f"if ct != ct and g{out} == 0.0: ct = 0.0"],
-                          1: [f"ct = -g{out} * (({x} / {y}) / {y})",
-                              f"if ct != ct and g{out} == 0.0: ct = 0.0"]}
-        self.forward.append(f"bad += v{out} * 0.0")
+        names = dict(zip("xy", operands))
+        self.forward += [f"v{out} = {form.value.format(**names)}", f"bad += v{out} * 0.0"]
         lines = [f"if h{out}:"]
         for slot, i in zip(parents, argnums):
-            lines += ["    " + line for line in cotangents[i] + _add_scalar(slot)]
+            lines += [f"    ct = {form.cotangents[i].format(g=f'g{out}', **names)}",
+                      f"    if ct != ct and g{out} == 0.0: ct = 0.0"]
+            lines += ["    " + line for line in _add_scalar(slot)]
         self.backward.append(lines)
 
     def _kernel_sum(self, k, record):

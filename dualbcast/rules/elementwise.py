@@ -12,7 +12,7 @@ side at a tie, and a zero cotangent meeting an infinite local derivative gives 0
 """
 import numpy as np
 
-from ..core.registry import defrule
+from ..core.registry import ScalarForm, defrule
 from ..core.tape import ignore_float_errors, restore_float_errors
 from .common import nan_safe, shape_of, unbroadcast
 
@@ -28,19 +28,21 @@ def _reduced(vjp, position):
     return vjp_to_input_shape
 
 
-def elementwise(ufunc, *vjps, partials=None):
+def elementwise(ufunc, *vjps, partials=None, form=None):
     """Register an elementwise ufunc's VJPs (None: no gradient through that input),
-    and its cheap scalar ``partials`` if it has them (see :func:`~dualbcast.core.registry.defrule`)."""
+    its cheap scalar ``partials`` and its scalar ``form`` if it has them (see
+    :func:`~dualbcast.core.registry.defrule`)."""
     defrule(ufunc, vjps=[None if vjp is None else _reduced(vjp, i)
                          for i, vjp in enumerate(vjps)],
-            scalar_vjps=vjps, partials=partials)
+            scalar_vjps=vjps, partials=partials, form=form)
 
 
 def _half_at_ties(wins, ties):
     return wins + 0.5 * ties
 
 
-elementwise(np.negative, lambda g, ans, x: -g)
+elementwise(np.negative, lambda g, ans, x: -g,
+            form=ScalarForm("-{x}", cotangents=("-{g}",)))
 elementwise(np.positive, lambda g, ans, x: g)
 elementwise(np.conjugate, lambda g, ans, x: g)       # real inputs only (complex: no rules)
 elementwise(np.exp, lambda g, ans, x: g * ans)
@@ -72,12 +74,16 @@ elementwise(np.fabs, lambda g, ans, x: g * np.sign(x))
 elementwise(np.deg2rad, lambda g, ans, x: g * (np.pi / 180.0))
 elementwise(np.rad2deg, lambda g, ans, x: g * (180.0 / np.pi))
 
-elementwise(np.add, lambda g, ans, x, y: g, lambda g, ans, x, y: g, partials=(1.0, 1.0))
-elementwise(np.subtract, lambda g, ans, x, y: g, lambda g, ans, x, y: -g, partials=(1.0, -1.0))
+elementwise(np.add, lambda g, ans, x, y: g, lambda g, ans, x, y: g, partials=(1.0, 1.0),
+            form=ScalarForm("{x} + {y}", partials=("1.0", "1.0")))
+elementwise(np.subtract, lambda g, ans, x, y: g, lambda g, ans, x, y: -g, partials=(1.0, -1.0),
+            form=ScalarForm("{x} - {y}", partials=("1.0", "-1.0")))
 elementwise(np.multiply, lambda g, ans, x, y: nan_safe(g, y), lambda g, ans, x, y: nan_safe(g, x),
-            partials=lambda x, y: (y, x))
+            partials=lambda x, y: (y, x), form=ScalarForm("{x} * {y}", partials=("{y}", "{x}")))
 elementwise(np.true_divide, lambda g, ans, x, y: nan_safe(g, np.divide(1.0, y)),
-            lambda g, ans, x, y: nan_safe(-g, np.divide(x, y) / y))
+            lambda g, ans, x, y: nan_safe(-g, np.divide(x, y) / y),
+            form=ScalarForm("{x} / {y}",
+                            cotangents=("{g} * (1.0 / {y})", "-{g} * (({x} / {y}) / {y})")))
 _NUMPY_FLOATS = (np.float64, np.float32)
 
 
@@ -117,7 +123,12 @@ def _power_dy(g, ans, x, y):
     return nan_safe(g, np.where(x == 0, 0.0, ans * np.log(np.where(x == 0, 1.0, x))))
 
 
-elementwise(np.power, _power_dx, _power_dy, partials=_power_partials)
+# (x ** c, c a constant: d/dy has no cheap form; y * x ** (y - 1.0), or 0.0 for y == 0,
+# as _power_partials forms it)
+elementwise(np.power, _power_dx, _power_dy, partials=_power_partials,
+            form=ScalarForm("pow({x}, {y})",
+                            partials=("(0.0 if {y} == 0.0 else {y} * pow({x}, {y} - 1.0))",
+                                      None)))
 elementwise(np.float_power, _power_dx, _power_dy)
 elementwise(np.arctan2,
             # d atan2(y, x) = (x dy - y dx) / (x^2 + y^2), with hypot: no overflow.
