@@ -56,8 +56,9 @@ def gradient_table():
              "numba": "numba.njit by hand",
              "numba_limit": "by hand, vectorised exp + threads", "jax": "JAX jit",
              "torch": "PyTorch eager", "autograd": "autograd"}
-    print("| case | " + " | ".join(names[s] for s in SYSTEMS) + " | dualbcast / JAX |")
-    print("|---" * (len(SYSTEMS) + 2) + "|")
+    print("| case | " + " | ".join(names[s] for s in SYSTEMS) +
+          " | eager / JAX | jit / JAX |")
+    print("|---" * (len(SYSTEMS) + 3) + "|")
     for case in CASES:
         calls = {}
         for system in SYSTEMS:
@@ -72,8 +73,20 @@ def gradient_table():
             for system, call in calls.items():
                 times[system] = min(times[system], best_time(call, repeat=2))
         cells = " | ".join(f"{times[s] * 1e6:.1f} µs" if s in times else "–" for s in SYSTEMS)
-        ratio = f"{times['dualbcast'] / times['jax']:.2f}" if "jax" in times else "–"
-        print(f"| {case} | {cells} | {ratio} |")
+        ratios = " | ".join(f"{times[ours] / times['jax']:.2f}" if "jax" in times else "–"
+                            for ours in ("dualbcast", "dualbcast_jit"))
+        print(f"| {case} | {cells} | {ratios} |")
+
+
+def indexing_table():
+    from benchmarks import bench_indexing as bi
+
+    print("| LJ pair energy over X[i] - X[j] | dualbcast value_and_grad / NumPy by hand |")
+    print("|---|---|")
+    for n_atoms in bi.PairEnergyIndexing.params:
+        bench = bi.PairEnergyIndexing()
+        bench.setup(n_atoms)
+        print(f"| {n_atoms} atoms | {bench.track_ratio_to_numpy(n_atoms):.2f} |")
 
 
 def performance_table():
@@ -136,6 +149,8 @@ def performance_table():
 
 def main():
     gradient_table()
+    print()
+    indexing_table()
     print()
     performance_table()
     print()
