@@ -9,3 +9,4 @@ def test_demo_runs_and_checks_its_gradient():
     assert result.returncode == 0, result.stderr
     assert "EAM energy of 2000 atoms" in result.stdout
     assert "max relative difference to the hand-written gradient" in result.stdout
+    assert "with jit" in result.stdout          # (and it checked jit against eager)
