@@ -97,6 +97,7 @@ def performance_table():
         folds[tape] = bp.FoldPerOp()
         folds[tape].setup(tape)
     first = bp.FirstGradient()
+    jit_final = bp.JitFinalForm()
     numba_first = bp.FirstGradientNumba()
     memory = bp.Memory()
     threads = bp.Threads()
@@ -114,6 +115,9 @@ def performance_table():
          f"{first.track_seconds_empty_cache():.2f} s"),
         ("first EAM gradient, fresh process, warm cache",
          f"{first.track_seconds_warm_cache():.2f} s"),
+        ("db.jit EAM gradient in its final form (three calls), fresh process, empty cache",
+         f"{jit_final.track_seconds_empty_cache():.2f} s"),
+        ("the same, warm cache", f"{jit_final.track_seconds_warm_cache():.2f} s"),
         ("first EAM gradient, fresh process, numba.njit by hand",
          f"{numba_first.track_seconds_hand_written():.2f} s"),
         ("first call of a trivial numba.njit function, fresh process",
