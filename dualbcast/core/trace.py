@@ -19,6 +19,12 @@ def current_tape():
     return getattr(_current, "tape", None)
 
 
+def tracing_state():
+    """The thread-local object whose ``tape`` attribute, when set, is the tape this
+    thread is recording on (for callers that look it up on every call)."""
+    return _current
+
+
 def start_tracing(single_use, recorder=None):
     if getattr(_current, "tape", None) is not None:
         raise NotImplementedError("dualbcast: nested grad/value_and_grad/vjp calls (higher-order "

@@ -34,6 +34,7 @@ cached on disk next to the kernels' loops (its file is named by a hash of its so
 which names the loops' files, which are named by the kernels' fingerprints).
 """
 import hashlib
+import operator
 
 import numba
 import numpy as np
@@ -365,6 +366,11 @@ class Fusion:
         self.function = None
         self.scalar_leaves = scalar_leaves     # the function's first parameters
         self.is_array = [leaf not in scalar_leaves for leaf in range(leaves)]
+        # Per kernel, whether its loop takes its arguments as they are (1-d float64
+        # arrays, Python floats): found at the first call, and true of every later one,
+        # whose leaves have the signature's types, shapes and strides (and whose
+        # constants are the same objects).
+        self.as_they_are = [None] * len(kernels)
 
     def compile(self):
         """Compile (or load from the disk cache) the fused function."""
@@ -392,11 +398,17 @@ class Fusion:
         for leaf in self.scalar_leaves:
             args.append(float(values[leaf]))
         gradient_arrays = []
-        for inputs, prepared, shapes in self.kernels:
+        as_they_are = self.as_they_are
+        for k, (inputs, prepared, shapes) in enumerate(self.kernels):
             kernel_args = []
             for item in inputs:
                 kernel_args.append(item.value if type(item) is _Constant else values[item])
-            args += prepared.operands_for(kernel_args)
+            if as_they_are[k]:
+                args += kernel_args
+            else:
+                operands = prepared.operands_for(kernel_args)
+                as_they_are[k] = all(map(operator.is_, operands, kernel_args))
+                args += operands
             for shape in shapes:
                 gradient = np.empty(shape)
                 gradient_arrays.append(gradient)
