@@ -77,8 +77,17 @@ def _cumsum_vjp(g, ans, x, axis=None, dtype=None):
     return np.flip(np.cumsum(np.flip(g, axis), axis), axis)
 
 
-def _reduction(func, vjp):
+def _summed(a, axis=None, keepdims=False, dtype=None):
+    """``np.sum(a, ...)``: on an array, the ``np.add.reduce`` call np.sum itself makes
+    (the same result, without its wrapper's ~2 µs)."""
+    if type(a) is np.ndarray:
+        return np.add.reduce(a, axis, dtype, None, keepdims=keepdims)
+    return np.sum(a, axis=axis, dtype=dtype, keepdims=keepdims)
+
+
+def _reduction(func, vjp, computed_by=None):
     name = func.__name__
+    computed_by = computed_by or func
 
     # NumPy itself rejects dtype= for max and min before dispatching here.
     def rule(a, axis=None, dtype=None, out=None, keepdims=False, **unsupported):
@@ -88,11 +97,11 @@ def _reduction(func, vjp):
             kwargs["dtype"] = dtype
         if constant_dtype(name, dtype):
             return constant(func, (a,), kwargs)
-        return apply(func, (vjp,), (a,), kwargs)
+        return apply(computed_by, (vjp,), (a,), kwargs)
     defrule(func, trace=rule)
 
 
-_reduction(np.sum, _sum_vjp)
+_reduction(np.sum, _sum_vjp, computed_by=_summed)
 _reduction(np.mean, _mean_vjp)
 _reduction(np.prod, _prod_vjp)
 for _f in (np.max, np.amax, np.min, np.amin):
