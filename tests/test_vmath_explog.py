@@ -254,7 +254,9 @@ def test_loop_vectorises_without_calls(name, dtype):
     body = max(re.split(r"^\.LBB\S*:", asm, flags=re.M), key=lambda b: b.count("%ymm"))
     assert not SCALARISED.search(body), SCALARISED.search(body).group()
     llvm = loop.inspect_llvm(sig)
-    assert "<4 x double>" in llvm
+    # Vectorised in double precision (float32 is computed in float64): 4 lanes, or 8
+    # when LLVM pairs two AVX2 registers for a float32 loop (LLVM 20 does).
+    assert re.search(r"<[48] x double>", llvm)
     if dtype == np.float32:
         assert "<4 x float>" in llvm or "<8 x float>" in llvm
     assert not re.search(r"call[^\n]*@(llvm\.)?(exp|log|pow|tanh|expm1|log1p)\b", llvm)
