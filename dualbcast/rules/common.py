@@ -1,6 +1,10 @@
 """Helpers shared by the rules: shapes of tape values, ``unbroadcast``, the NaN-safe
 product, and the checks every NumPy-function rule makes on its keywords."""
+import math
+
 import numpy as np
+
+from ..kernel.products import nan_safe_multiply
 
 
 def shape_of(x):
@@ -24,10 +28,9 @@ def unbroadcast(ct, shape):
 
 
 def nan_safe(g, local, out=None):
-    """``g * local``, but 0 where ``g`` is 0 even if ``local`` is infinite or nan: a
-    value that does not influence the output contributes nothing (design.md §4, as the
-    kernels' dual numbers do).  One extra pass only to *detect* a nan (a sum), the
-    fix-up pass only when there is one."""
+    """``g * local``, but 0 where ``g`` is 0 and the product is nan (``local`` infinite
+    or nan): a value that does not influence the output contributes nothing
+    (design.md §4, as the kernels' dual numbers do)."""
     if out is None and type(g) is not np.ndarray and type(local) is not np.ndarray:
         # Scalars (the hot path of scalar code): Python's operator, ~10x cheaper than
         # a ufunc call, with the same NEP 50 result type.
@@ -35,14 +38,27 @@ def nan_safe(g, local, out=None):
         if product == product or g != 0:
             return product
         return type(product)(0.0)
+    if type(local) is not np.ndarray:
+        if type(local) in _FINITE_CHECKABLE and math.isfinite(local):
+            return np.multiply(g, local, out=out)   # a finite factor: nothing to fix
+    else:
+        product = nan_safe_multiply(g, local, out)  # one compiled pass (float64, one shape)
+        if product is not None:
+            return product
+    # The general case: one extra pass only to *detect* a nan (a sum), the fix-up pass
+    # only when there is one.
     product = np.multiply(g, local, out=out)
     if type(product) is np.ndarray:
         if not np.isnan(np.add.reduce(product, axis=None)):
             return product
     elif product == product:
         return product
-    fixed = np.where(np.broadcast_to(g, np.shape(product)) == 0, 0.0, product)
+    fixed = np.where((np.broadcast_to(g, np.shape(product)) == 0) & np.isnan(product),
+                     0.0, product)
     return fixed.astype(np.result_type(product), copy=False)
+
+
+_FINITE_CHECKABLE = frozenset({float, int, np.float64, np.float32})
 
 
 def no_out(name, out):

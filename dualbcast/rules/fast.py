@@ -10,6 +10,7 @@ import numpy as np
 
 from ..core.box import Box, raised, record, trace_inputs
 from ..core.tape import RuleRecord
+from ..kernel.products import nan_safe_dot
 from ..kernel.threads import multiply_in_place
 from ..kernel.tracing import hook
 from .common import nan_safe, shape_of, unbroadcast
@@ -103,22 +104,17 @@ def _map_vjp(partial, position, single_use):
     def vjp(g, ans, *args):
         # Backward runs once on a single-use tape: the partials buffer becomes the
         # cotangent.  NaN-safe like every rule: a zero cotangent gives 0 even where the
-        # partial is infinite.
+        # partial is infinite.  One compiled pass where it can (float64, one shape).
         shape = shape_of(args[position])
-        if not shape and type(g) is np.ndarray and g.dtype == _FLOAT64 \
-                and type(partial) is np.ndarray and partial.shape == g.shape:
-            # A scalar argument (a coefficient): sum(g * partial) in one pass, unless a
-            # nan says that a zero cotangent met an infinite partial somewhere.
-            ct = np.dot(g.reshape(-1), partial.reshape(-1))
-            if ct == ct:
+        if not shape:
+            ct = nan_safe_dot(g, partial)       # a scalar argument (a coefficient)
+            if ct is not None:
                 return ct
         reuse = single_use and type(partial) is np.ndarray and partial.shape == shape_of(g)
         ct = nan_safe(g, partial, out=partial if reuse else None)
         return unbroadcast(ct, shape)
     return vjp
 
-
-_FLOAT64 = np.dtype(np.float64)
 
 
 def _sum_vjp(gradient, single_use):
