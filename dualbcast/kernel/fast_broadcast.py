@@ -133,6 +133,18 @@ class FastBroadcast:
                 self._prepared[key] = call
         return call
 
+    def prepare_traced(self, mode, args, active):
+        """:meth:`prepare` for a call on traced values: ``active``, the positions of
+        the traced arguments, is a tuple of ints made by the core (no need to check
+        it for the key: it is the key, as no public ``wrt`` key is a plain tuple)."""
+        signature = signature_key(args)
+        call = self._prepared.get((mode, active, signature))
+        if call is None or signature is None:
+            call = self.prepare(mode, args, active)
+            if signature is not None:
+                self._prepared[(mode, active, signature)] = call
+        return call
+
     def _make_prepared(self, mode, args, wrt):
         plan = plan_call(self.__name__, args)
         active, single = self._active(wrt, plan) if wrt is not None else ((), False)

@@ -36,15 +36,17 @@ def nan_safe_multiply(g, local, out=None):
     elif type(out) is not np.ndarray or out.shape != g.shape or out.dtype != _FLOAT64 \
             or not out.flags.c_contiguous or not out.flags.writeable:
         return None
-    flat_g, flat_local, flat_out = _flat(g), _flat(local), _flat(out)
+    flat_g, flat_local = _flat(g), _flat(local)
     workers = _workers(g.size)
     if workers > 1:
         try:
-            _multiply_parallel(flat_g, flat_local, flat_out, workers)
+            _multiply_parallel(flat_g, flat_local, _flat(out), workers)
         finally:
             leave_parallel_region()
+    elif out is local:
+        _multiply_into(flat_g, flat_local)
     else:
-        _multiply(flat_g, flat_local, flat_out)
+        _multiply(flat_g, flat_local, _flat(out))
     return out
 
 
@@ -95,6 +97,16 @@ def _multiply(g, local, out):
         gi = g[i]
         p = gi * local[i]
         out[i] = 0.0 if (gi == 0.0) & (p != p) else p
+
+
+@numba.njit(error_model="numpy", cache=True, nogil=True)
+def _multiply_into(g, local):
+    # (out is local: a loop of its own, since LLVM's vector loop checks that the
+    # output does not overlap an input, and ran the scalar loop when it did: 3x slower)
+    for i in range(g.size):
+        gi = g[i]
+        p = gi * local[i]
+        local[i] = 0.0 if (gi == 0.0) & (p != p) else p
 
 
 @numba.njit(parallel=True, error_model="numpy", cache=True, nogil=True)

@@ -58,7 +58,7 @@ class _KernelRule:
         # signature, so the kernel's own lookup (a key over every argument) is skipped.
         prepared = self.prepared
         if prepared is None:
-            prepared = self.prepared = self.kernel.prepare(mode, values, self.active)
+            prepared = self.prepared = self.kernel.prepare_traced(mode, values, self.active)
         return prepared
 
 
