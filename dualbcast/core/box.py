@@ -8,17 +8,19 @@ rule registered for the operation in :mod:`.registry`.  Anything without a rule 
 a box (``x[i] = v``, ``x += v``, ``out=x``) raise ``TypeError``: a box is immutable.
 
 Every place where a traced value leaves the tape as a plain constant (``bool(x)``, a
-comparison, ``np.floor(x)``, ``np.argmax(x)``) goes through :func:`escape`, which
+comparison, ``np.floor(x)``, ``np.argmax(x)``) goes through :func:`.tape.escape`, which
 tells the tape's recorder, if it has one (:class:`.tape.Recorder`): whoever replays the
-program must check those outcomes again.
+program must check those outcomes again.  The arithmetic operators' one-step path for
+scalar code is :mod:`.operators`; their general path is :func:`_operator` here.
 """
 import operator
 
 import numpy as np
 
+from .operators import binary
 from .registry import (CONSTANTS, FUNCTION_RULES, SCALAR_LINEAR_PARTIALS, SCALAR_UFUNC_VJPS,
                        SHAPE_ONLY_FUNCTIONS, UFUNC_VJPS)
-from .tape import LinearRecord, Record
+from .tape import LinearRecord, Record, escape, raised
 
 _NO_KWARGS = {}
 
@@ -110,22 +112,6 @@ def record(tape, ans, parents, argnums, vjps, saved, kwargs, func, others=(), ki
     return Box(ans, slot, tape)
 
 
-def escape(tape, func, args, kwargs, result):
-    """``result = func(*args, **kwargs)``, computed from traced values, leaves the
-    tape as a constant: tell the tape's recorder; returns ``result``."""
-    recorder = tape.recorder
-    if recorder is not None and not tape.closed:
-        recorder.guard(tape, func, args, kwargs, result)
-    return result
-
-
-def raised(tape):
-    """An operation on traced values raised: ``f`` may catch it and go on, so its
-    control flow depended on the error, which no record describes."""
-    if tape is not None and tape.recorder is not None and not tape.closed:
-        tape.recorder.opaque(tape)
-
-
 def constant(func, args, kwargs=_NO_KWARGS):
     """``func`` on the values of ``args`` (boxes may sit one list deep), a constant:
     noted as an escape when a box was among them."""
@@ -205,106 +191,6 @@ def _shape_method(func):
         return call_function(func, (self, shape), kwargs)
     method.__name__ = func.__name__
     return method
-
-
-def _binary(ufunc, op):
-    # The Python operator on the values, so a traced program computes exactly what it
-    # would untraced (Python floats stay Python floats, and are ~15x faster than a
-    # ufunc call on scalars); the gradient rule is the ufunc's.  The hot path of scalar
-    # code (a fold, a polynomial of a kernel's sum) is inlined here: scalar operands
-    # and a ufunc with cheap local partials (+ - * and ** c) give a record of the
-    # partials in one call; anything else goes the general way, through _operator.
-    # The ufunc's partials are looked up once, at the first call (rules register
-    # after this module is imported, before anything is traced): the lookup and its
-    # checks were a third of an op.
-    linear = constant_partials = _UNRESOLVED
-
-    def resolve():
-        nonlocal linear, constant_partials
-        linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
-        constant_partials = linear if type(linear) is tuple else None
-
-    def forward(self, other):
-        tape = self.tape
-        x = self.value
-        if type(other) is Box:
-            y = other.value
-            if type(x) in _SCALARS and type(y) in _SCALARS and other.tape is tape \
-                    and not tape.closed:
-                if linear is _UNRESOLVED:
-                    resolve()
-                partials = constant_partials
-                if partials is None and linear is not None:
-                    partials = linear(x, y)
-                    if partials is not None and (partials[0] is None or partials[1] is None):
-                        partials = None
-                if partials is not None:
-                    # (as _with_constant records it, inlined: the hottest path)
-                    try:
-                        ans = op(x, y)
-                    except Exception:
-                        raised(tape)
-                        raise
-                    values = tape.values
-                    slot = len(values)
-                    values.append(ans)
-                    tape.records.append(LinearRecord(slot, (self.slot, other.slot),
-                                                     partials, op, (x, y), linear, _BOTH))
-                    box = _new(Box)         # (no __init__ frame: a sixth of an op)
-                    box.value, box.slot, box.tape = ans, slot, tape
-                    return box
-        elif type(other) in _SCALARS and type(x) in _SCALARS and not tape.closed:
-            if linear is _UNRESOLVED:
-                resolve()
-            if linear is not None:
-                recorded = _with_constant(linear, op, x, other, self, 0)
-                if recorded is not None:
-                    return recorded
-        return _operator(ufunc, op, self, other)
-
-    def reflected(self, other):
-        y = self.value
-        if type(other) in _SCALARS and type(y) in _SCALARS and not self.tape.closed:
-            if linear is _UNRESOLVED:
-                resolve()
-            if linear is not None:
-                recorded = _with_constant(linear, op, other, y, self, 1)
-                if recorded is not None:
-                    return recorded
-        return _operator(ufunc, op, other, self)
-    return forward, reflected
-
-
-_UNRESOLVED = object()
-_new = object.__new__
-
-# The scalars _binary's inlined path takes: a constant of these types needs no
-# snapshot (keep), and + - * on them give a scalar.
-_SCALARS = frozenset({float, int, np.float64, np.float32, np.int64})
-
-
-def _with_constant(linear, op, x, y, box, position):
-    """``op(x, y)`` on scalars where argument ``position`` is ``box`` (traced) and the
-    other a constant, recorded with its local partial (``linear``: the ufunc's
-    partials, see tape.py); None when it has no cheap partial for these values (the
-    general path records it)."""
-    partials = linear if type(linear) is tuple else linear(x, y)
-    if partials is None or partials[position] is None:
-        return None
-    tape = box.tape
-    try:
-        ans = op(x, y)
-    except Exception:               # np.seterr(all="raise"), a float ** overflowing
-        raised(tape)
-        raise
-    values = tape.values
-    slot = len(values)
-    values.append(ans)
-    tape.records.append(LinearRecord(slot, (box.slot,), (partials[position],), op, (x, y),
-                                     linear, (_FIRST, _SECOND)[position]))
-    box = _new(Box)
-    box.value, box.slot, box.tape = ans, slot, tape
-    return box
 
 
 def _operator(ufunc, op, x, y):
@@ -391,13 +277,6 @@ def _detaching(what):
     return method
 
 
-# The ufunc whose rule each Python operator a record may name (its func or op) follows.
-OPERATOR_UFUNCS = {operator.add: np.add, operator.sub: np.subtract, operator.mul: np.multiply,
-                   operator.truediv: np.true_divide, operator.floordiv: np.floor_divide,
-                   operator.mod: np.remainder, operator.pow: np.power,
-                   operator.matmul: np.matmul, operator.neg: np.negative, abs: np.absolute}
-
-
 class Box:
     """A traced float array or scalar inside ``grad``, ``value_and_grad`` or ``vjp``."""
 
@@ -472,14 +351,14 @@ class Box:
         return (self[i] for i in range(len(self.value)))
 
     # --------------------------------------------------------------- operators
-    __add__, __radd__ = _binary(np.add, operator.add)
-    __sub__, __rsub__ = _binary(np.subtract, operator.sub)
-    __mul__, __rmul__ = _binary(np.multiply, operator.mul)
-    __truediv__, __rtruediv__ = _binary(np.true_divide, operator.truediv)
-    __floordiv__, __rfloordiv__ = _binary(np.floor_divide, operator.floordiv)
-    __mod__, __rmod__ = _binary(np.remainder, operator.mod)
-    __pow__, __rpow__ = _binary(np.power, operator.pow)
-    __matmul__, __rmatmul__ = _binary(np.matmul, operator.matmul)
+    __add__, __radd__ = binary(np.add, operator.add, _operator)
+    __sub__, __rsub__ = binary(np.subtract, operator.sub, _operator)
+    __mul__, __rmul__ = binary(np.multiply, operator.mul, _operator)
+    __truediv__, __rtruediv__ = binary(np.true_divide, operator.truediv, _operator)
+    __floordiv__, __rfloordiv__ = binary(np.floor_divide, operator.floordiv, _operator)
+    __mod__, __rmod__ = binary(np.remainder, operator.mod, _operator)
+    __pow__, __rpow__ = binary(np.power, operator.pow, _operator)
+    __matmul__, __rmatmul__ = binary(np.matmul, operator.matmul, _operator)
     # Comparisons act on values and give plain bools: control flow is not differentiated.
     __lt__, __le__ = _comparison(operator.lt), _comparison(operator.le)
     __gt__, __ge__ = _comparison(operator.gt), _comparison(operator.ge)

@@ -121,6 +121,22 @@ class Recorder:
         pass
 
 
+def escape(tape, func, args, kwargs, result):
+    """``result = func(*args, **kwargs)``, computed from traced values, leaves the
+    tape as a constant: tell the tape's recorder; returns ``result``."""
+    recorder = tape.recorder
+    if recorder is not None and not tape.closed:
+        recorder.guard(tape, func, args, kwargs, result)
+    return result
+
+
+def raised(tape):
+    """An operation on traced values raised: ``f`` may catch it and go on, so its
+    control flow depended on the error, which no record describes."""
+    if tape is not None and tape.recorder is not None and not tape.closed:
+        tape.recorder.opaque(tape)
+
+
 class Tape:
     """One trace: the values of its slots and the records that produced them."""
 

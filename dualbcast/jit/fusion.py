@@ -43,7 +43,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..core.box import OPERATOR_UFUNCS
+from ..core.operators import OPERATOR_UFUNCS
 from ..core.registry import SCALAR_FORMS, SCALAR_UFUNC_VJPS
 from ..core.tape import LinearRecord
 from ..kernel.cache import load_loop

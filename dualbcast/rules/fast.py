@@ -8,8 +8,8 @@ in the loop), so its backward only scales by the cotangent, in place when it may
 """
 import numpy as np
 
-from ..core.box import Box, raised, record, trace_inputs
-from ..core.tape import RuleRecord
+from ..core.box import Box, record, trace_inputs
+from ..core.tape import RuleRecord, raised
 from ..kernel.products import nan_safe_dot
 from ..kernel.threads import multiply_in_place
 from ..kernel.tracing import hook
