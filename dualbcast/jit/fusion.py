@@ -48,7 +48,7 @@ from ..core.registry import SCALAR_FORMS, SCALAR_UFUNC_VJPS
 from ..core.tape import LinearRecord
 from ..kernel.cache import load_loop
 from ..kernel.loops import REGISTER, STORE
-from ..rules.fast import kernel_sum_loop
+from ..rules.fast import SUM_COTANGENT_FORM, kernel_sum_loop
 
 _FLOAT64 = np.dtype(np.float64)
 _SCALARS = (float, np.float64)
@@ -306,23 +306,23 @@ class _Writer:
                          f"{', '.join(operands + buffers)}, t{k}, r{k})",
                          f"v{out} = {total(0)}",
                          f"bad += v{out} * 0.0"]
-        # The sum rule's vjp: a zero cotangent gives zeros, one leaves the gradient as
-        # it is, another scales it (a register gradient: times the cotangent).
+        # The sum rule's vjp, from its form (beside the rule): each gradient element
+        # times the cotangent, 0 for a zero cotangent; a cotangent of 1 leaves a
+        # stored gradient as it is.
         lines = [f"if h{out}:"]
         column = 0
         for slot in parents:
             if slot in registers:
                 column += 1
-                lines += [f"    ct = 0.0 if g{out} == 0.0 else {total(column)} * g{out}"]
+                lines += [f"    ct = {SUM_COTANGENT_FORM.format(x=total(column), g=f'g{out}')}"]
                 lines += ["    " + line for line in _add_scalar(slot)]
             else:
                 buffer, number = next(stored)
-                lines += [f"    if g{out} == 0.0:",
-                          f"        {buffer}[:] = 0.0",
-                          f"    elif g{out} != 1.0:",
+                scaled = SUM_COTANGENT_FORM.format(x=f"{buffer}[i]", g=f"g{out}")
+                lines += [f"    if g{out} != 1.0:",
                           "        check = 0.0",
                           f"        for i in range({buffer}.size):",
-                          f"            scaled = {buffer}[i] * g{out}",
+                          f"            scaled = {scaled}",
                           f"            {buffer}[i] = scaled",
                           "            check += scaled * 0.0      # nan once one is not finite",
                           "        bad += check",

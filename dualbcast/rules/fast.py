@@ -93,8 +93,8 @@ class _SumRule(_KernelRule):
 def kernel_sum_loop(func):
     """The loop of a kernel sum's rule (a record's ``func``, as ``k.sum`` on traced
     values made it) as a :class:`~dualbcast.kernel.prepared.SumLoop`, or None for any
-    other function.  Its vjp, for code that calls the loop itself: the cotangent ``g``
-    times each gradient (zeros for ``g == 0``, whatever the gradient holds)."""
+    other function.  Its vjp, for code that calls the loop itself, is
+    :data:`SUM_COTANGENT_FORM` per element of each gradient."""
     if type(func) is not _SumRule or func.prepared is None:
         return None
     return func.prepared.sum_loop()
@@ -115,6 +115,12 @@ def _map_vjp(partial, position, single_use):
         return unbroadcast(ct, shape)
     return vjp
 
+
+
+# _sum_vjp as a form, for code that compiles it (dualbcast.jit's fusion): the cotangent
+# of one element ``{x}`` of a gradient the loop computed, given the sum's cotangent
+# ``{g}`` — the IEEE operation _sum_vjp performs, 0 wherever ``{g}`` is 0.
+SUM_COTANGENT_FORM = "(0.0 if {g} == 0.0 else {x} * {g})"
 
 
 def _sum_vjp(gradient, single_use):
