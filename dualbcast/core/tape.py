@@ -31,18 +31,53 @@ import numpy as np
 
 from .scatter import scatter_add
 
+def _replay_settings(current):
+    """Float-error settings for a replay, from the caller's ``current`` ones (a dict
+    like ``np.geterr()``): division by zero, overflow and invalid operations raise, and
+    so does underflow unless the caller ignores it: a replay stops at any event the
+    trace it stands for would have reported."""
+    return dict(divide="raise", over="raise", invalid="raise",
+                under="ignore" if current["under"] == "ignore" else "raise")
+
+
 try:
     # np.errstate costs ~2 µs, a tenth of a small gradient; the state it sets can be
-    # made once and swapped in (NumPy 2's private context variable behind errstate).
+    # made once per state the caller is in and swapped in (NumPy 2's private context
+    # variable behind errstate).  Derived from the caller's state, never frozen at
+    # import: the settings not named stay the caller's.
     from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
-    _IGNORING = _make_extobj(divide="ignore", invalid="ignore")
-    _RAISING = _make_extobj(divide="raise", over="raise", invalid="raise")
+
+    class _DerivedState:
+        """A float-error state made from the caller's current one by ``derive(current
+        settings) -> settings``; remade only when the caller's state changes."""
+
+        __slots__ = ("derive", "last")
+
+        def __init__(self, derive):
+            self.derive = derive
+            self.last = (None, None, None)      # (caller's state, derived, settings)
+
+        def get(self):
+            current = _extobj_contextvar.get()
+            last = self.last
+            if last[0] is not current:
+                settings = self.derive(np.geterr())
+                last = self.last = (current, _make_extobj(**settings), settings)
+            return last
+
+    _IGNORING = _DerivedState(lambda current: dict(current, divide="ignore", invalid="ignore"))
+    _RAISING = _DerivedState(_replay_settings)
 
     def ignore_float_errors():
-        return _extobj_contextvar.set(_IGNORING)
+        return _extobj_contextvar.set(_IGNORING.get()[1])
 
     def raise_float_errors():
-        return _extobj_contextvar.set(_RAISING)
+        return _extobj_contextvar.set(_RAISING.get()[1])
+
+    def underflow_ignored():
+        """Whether the caller ignores underflow (code that cannot detect it, a fused
+        replay, may run only then)."""
+        return _RAISING.get()[2]["under"] == "ignore"
 
     def restore_float_errors(token):
         _extobj_contextvar.reset(token)
@@ -53,9 +88,12 @@ except ImportError:                                  # another NumPy: the public
         return state
 
     def raise_float_errors():
-        state = np.errstate(divide="raise", over="raise", invalid="raise")
+        state = np.errstate(**_replay_settings(np.geterr()))
         state.__enter__()
         return state
+
+    def underflow_ignored():
+        return np.geterr()["under"] == "ignore"
 
     def restore_float_errors(state):
         state.__exit__(None, None, None)

@@ -15,7 +15,8 @@ import numpy as np
 
 from ..core.api import GradientFunction
 from ..core.pytree import unflatten
-from ..core.tape import Tape, backward, raise_float_errors, restore_float_errors
+from ..core.tape import (Tape, backward, raise_float_errors, restore_float_errors,
+                         underflow_ignored)
 from ..core.trace import (SEED_FOR, ArgumentPositions, gradient_like, leaf_gradients,
                           trace_value, tracing_state, value_and_gradient)
 from .program import GuardFailed, compile_program
@@ -176,7 +177,8 @@ class Programs:
             program.check(arrays, self.free_variables)
         except Exception:
             return None
-        if program.fusion is not None:
+        if program.fusion is not None and underflow_ignored():
+            # (the fused code cannot see an underflow the caller wants reported)
             fused = program.run_fused(values)
             if fused is not None:
                 entry.replays += 1

@@ -51,10 +51,10 @@ class ProgramRecorder(Recorder):
         return self.constant(arg, arg)      # a constant operand (x > t): copied, watched
 
     def constant(self, original, kept):
-        # Every array (read-only ones too: another view may write their data) is
-        # copied and the pair noted, so that a replay can check that the original
-        # still holds what was copied.
-        if kept is original and _holds_array(original):
+        # Every array (read-only ones too: another view may write their data) and
+        # every list (a kernel takes one as it is) is copied and the pair noted, so
+        # that a replay can check that the original still holds what was copied.
+        if kept is original and _mutable(original):
             if _nbytes(original) > COPY_LIMIT:
                 self.replayable = False
                 return kept
@@ -67,9 +67,9 @@ class ProgramRecorder(Recorder):
         self.replayable = False
 
 
-def _holds_array(constant):
+def _mutable(constant):
     kind = type(constant)
-    return kind is np.ndarray or kind in (list, tuple) and any(map(_holds_array, constant))
+    return kind is np.ndarray or kind is list or kind is tuple and any(map(_mutable, constant))
 
 
 def _nbytes(constant):

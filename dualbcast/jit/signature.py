@@ -54,8 +54,20 @@ def _traced_key(arg, trees):
         return kind
     leaves, tree = flatten(arg)
     trees.append((leaves, tree))
-    return (tree, tuple([(leaf.shape, leaf.dtype, leaf.strides) if type(leaf) is np.ndarray
+    return (_typed_keys(tree), tuple([(leaf.shape, leaf.dtype, leaf.strides) if type(leaf) is np.ndarray
                          else type(leaf) for leaf in leaves]))
+
+
+def _typed_keys(tree):
+    """``tree`` (a treedef) with each dict key paired with its type: keys equal by
+    ``==`` but of other types (``0``, ``0.0``, ``False``) make other programs (``f`` may
+    index with them, or branch on their types)."""
+    if type(tree) is not tuple:
+        return tree                         # a leaf
+    kind, keys, children = tree
+    if keys is not None:
+        keys = tuple((type(key), key) for key in keys)
+    return (kind, keys, tuple(map(_typed_keys, children)))
 
 
 def _constant_key(value, arrays):
@@ -113,8 +125,9 @@ _bits = struct.Struct("<d").pack        # a float's bits (hex() hides a nan's si
 
 def free_variables(f):
     """A function returning the objects ``f``'s own code names from outside: its
-    globals (missing ones as None) and its closure cells' contents; nothing for a
-    callable that is not a Python function."""
+    globals (missing ones as None), its closure cells' contents and its default
+    arguments (``f.__defaults__`` may be rebound); nothing for a callable that is not a
+    Python function."""
     code = getattr(f, "__code__", None)
     if code is None:
         return list
@@ -122,6 +135,8 @@ def free_variables(f):
 
     def read():
         found = list(map(get, names))
+        found.append(f.__defaults__)
+        found.append(f.__kwdefaults__)
         for cell in cells:
             try:
                 found.append(cell.cell_contents)
