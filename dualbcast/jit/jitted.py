@@ -42,12 +42,14 @@ def jit(fn: Callable) -> Callable:
 
     - control flow on traced values (``if x > 0``, ``bool(x)``, masks, ``np.argmax``,
       integer casts): the outcome must be the trace's;
-    - the globals and closure variables ``f``'s own code names must be the same
-      objects (``lambda x: loss(x, data[i])`` with ``i`` rebound traces again);
+    - the globals, closure variables and default arguments ``f``'s own code names
+      must be the same objects (``lambda x: loss(x, data[i])`` with ``i`` rebound
+      traces again);
     - argument arrays not differentiated, and every constant array or list an
-      operation used, must hold what they held;
-    - an error or a floating-point warning met by a replay means tracing again (``f``
-      may catch it); a program that caught an error, printed a traced value or called
+      operation or a kernel used, must hold what they held;
+    - an error or a floating-point warning met by a replay (an underflow too, unless
+      NumPy's settings ignore it) means tracing again (``f`` may catch it, or warn
+      as NumPy's settings say); a program that caught an error, printed a traced value or called
       ``stop_gradient`` is traced on every call; so is a call with an argument a
       signature cannot compare (an object with state, a bound method).
 

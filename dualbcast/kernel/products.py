@@ -79,11 +79,10 @@ def _flat(array):
 def _workers(size):
     """Threads for a pass over ``size`` elements (1: this thread; more: the caller
     entered the parallel region and must leave it)."""
-    if size < config.parallel_threshold or config.threads < 2:
+    workers = min(config.threads, -(-size // CHUNK))
+    if size < config.parallel_threshold or workers < 2 or not enter_parallel_region():
         return 1
-    if not enter_parallel_region():
-        return 1
-    return min(config.threads, -(-size // CHUNK))
+    return workers
 
 
 # --- compiled passes (cached beside this file: compiled once per installation) ---------
