@@ -31,6 +31,7 @@ import numpy as np
 
 from .scatter import scatter_add
 
+
 def _replay_settings(current):
     """Float-error settings for a replay, from the caller's ``current`` ones (a dict
     like ``np.geterr()``): division by zero, overflow and invalid operations raise, and

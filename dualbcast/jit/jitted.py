@@ -49,9 +49,9 @@ def jit(fn: Callable) -> Callable:
       operation or a kernel used, must hold what they held;
     - an error or a floating-point warning met by a replay (an underflow too, unless
       NumPy's settings ignore it) means tracing again (``f`` may catch it, or warn
-      as NumPy's settings say); a program that caught an error, printed a traced value or called
-      ``stop_gradient`` is traced on every call; so is a call with an argument a
-      signature cannot compare (an object with state, a bound method).
+      as NumPy's settings say); a program that caught an error, printed a traced
+      value or called ``stop_gradient`` is traced on every call; so is a call with
+      an argument a signature cannot compare (an object with state, a bound method).
 
     What it cannot see, and replays regardless: an attribute or container entry
     changed (``cfg.scale``, ``params["w"]``), a name rebound inside a helper ``f``

@@ -54,8 +54,9 @@ def _traced_key(arg, trees):
         return kind
     leaves, tree = flatten(arg)
     trees.append((leaves, tree))
-    return (_typed_keys(tree), tuple([(leaf.shape, leaf.dtype, leaf.strides) if type(leaf) is np.ndarray
-                         else type(leaf) for leaf in leaves]))
+    return (_typed_keys(tree),
+            tuple([(leaf.shape, leaf.dtype, leaf.strides) if type(leaf) is np.ndarray
+                   else type(leaf) for leaf in leaves]))
 
 
 def _typed_keys(tree):

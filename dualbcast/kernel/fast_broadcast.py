@@ -133,18 +133,6 @@ class FastBroadcast:
                 self._prepared[key] = call
         return call
 
-    def prepare_traced(self, mode, args, active):
-        """:meth:`prepare` for a call on traced values: ``active``, the positions of
-        the traced arguments, is a tuple of ints made by the core (no need to check
-        it for the key: it is the key, as no public ``wrt`` key is a plain tuple)."""
-        signature = signature_key(args)
-        call = self._prepared.get((mode, active, signature))
-        if call is None or signature is None:
-            call = self.prepare(mode, args, active)
-            if signature is not None:
-                self._prepared[(mode, active, signature)] = call
-        return call
-
     def _make_prepared(self, mode, args, wrt):
         plan = plan_call(self.__name__, args)
         active, single = self._active(wrt, plan) if wrt is not None else ((), False)
@@ -224,9 +212,12 @@ def _wrt_key(wrt):
     entry of ``1`` and skip its validation)."""
     if type(wrt) is int or wrt is None:
         return wrt
-    if type(wrt) in (tuple, list) and all(type(i) is int for i in wrt):
+    if type(wrt) in (tuple, list) and _INT.issuperset(map(type, wrt)):
         return (type(wrt), *wrt)
     return _UNCACHEABLE
+
+
+_INT = frozenset({int})
 
 
 def _outer_stride(plan, shape):

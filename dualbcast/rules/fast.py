@@ -58,7 +58,7 @@ class _KernelRule:
         # signature, so the kernel's own lookup (a key over every argument) is skipped.
         prepared = self.prepared
         if prepared is None:
-            prepared = self.prepared = self.kernel.prepare_traced(mode, values, self.active)
+            prepared = self.prepared = self.kernel.prepare(mode, values, self.active)
         return prepared
 
 
@@ -109,12 +109,14 @@ def _map_vjp(partial, position, single_use):
         if not shape:
             ct = nan_safe_dot(g, partial)       # a scalar argument (a coefficient)
             if ct is not None:
-                return ct
+                return _FLOAT64(ct)             # (the type NumPy's sum would give)
         reuse = single_use and type(partial) is np.ndarray and partial.shape == shape_of(g)
         ct = nan_safe(g, partial, out=partial if reuse else None)
         return unbroadcast(ct, shape)
     return vjp
 
+
+_FLOAT64 = np.float64
 
 
 # _sum_vjp as a form, for code that compiles it (dualbcast.jit's fusion): the cotangent
