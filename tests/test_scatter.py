@@ -288,3 +288,15 @@ def test_lennard_jones_gradient_against_autograd():
     ours = db.grad(lambda X: lennard_jones(X, i, j, np))(X)
     theirs = autograd.grad(lambda X: lennard_jones(X, i, j, anp))(X)
     np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+def test_values_overlapping_the_buffer_add_as_np_add_at():
+    # The loop would read values it had already added into: np.add.at does these.
+    buffer = np.arange(60.0).reshape(20, 3)
+    index = np.array([1, 0, 1, 2] * 10)
+    with fast_path_always():
+        got = buffer.copy()
+        scatter_add(got, index, np.broadcast_to(got[0], (40, 3)))
+    expected = buffer.copy()
+    np.add.at(expected, index, np.broadcast_to(expected[0], (40, 3)))
+    assert_bits_equal(got, expected)

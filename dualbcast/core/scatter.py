@@ -86,6 +86,8 @@ def _compiled_add(buffer, idx, values, shape):
         values = _broadcast(values, shape)
         if values.shape != shape:
             return False
+    if np.may_share_memory(buffer, values):
+        return False                    # (the loop would read values it already wrote)
     lo, hi = idx.min(), idx.max()
     if lo < -n0 or hi >= n0:
         return False                    # np.add.at raises its IndexError
