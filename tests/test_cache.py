@@ -28,6 +28,26 @@ def rho(r):
     return SCALE * math.exp(-3.0 * helper(r))
 '''
 
+# The same kernel reading its number and its helper through modules.
+THROUGH_MODULES = {
+    "kernels.py": '''
+import math
+import dualbcast as db
+import helpers, params
+
+@db.fast_broadcast
+def rho(r):
+    return params.SCALE * math.exp(-3.0 * helpers.shift(r))
+''',
+    "params.py": "SCALE = {scale}\n",
+    "helpers.py": '''
+import numba
+
+@numba.njit
+def shift(r):
+    return r + {shift}
+'''}
+
 RUN = '''
 import json, sys
 import numpy as np
@@ -43,10 +63,11 @@ print(json.dumps({
 '''
 
 
-def _run(tmp_path, cache_dir, scale=2.0, shift=1.0):
+def _run(tmp_path, cache_dir, scale=2.0, shift=1.0, files=None):
     source_dir = tmp_path / "src"
     source_dir.mkdir(exist_ok=True)
-    (source_dir / "kernels.py").write_text(KERNEL_MODULE.format(scale=scale, shift=shift))
+    for name, text in (files or {"kernels.py": KERNEL_MODULE}).items():
+        (source_dir / name).write_text(text.format(scale=scale, shift=shift))
     env = dict(os.environ)
     if cache_dir is None:
         env.pop("DUALBCAST_CACHE_DIR", None)
@@ -89,6 +110,54 @@ def test_an_edit_the_loop_depends_on_compiles_afresh(tmp_path, edit):
     # and the old version is still cached beside it
     again = _run(tmp_path, tmp_path / "cache")
     assert (again["hits"], again["misses"]) == (1, 0)
+
+
+@pytest.mark.parametrize("edit", [{"scale": 3.0}, {"shift": 0.5}],
+                         ids=["a module's number the kernel reads", "a module's helper"])
+def test_an_edit_through_a_module_compiles_afresh(tmp_path, edit):
+    # The fingerprint once recorded a module by its name only: params.SCALE edited,
+    # a new process loaded the loop compiled with the old value.
+    first = _run(tmp_path, tmp_path / "cache", files=THROUGH_MODULES)
+    np.testing.assert_allclose((first["total"], first["grad0"]), _expected(2.0, 1.0),
+                               rtol=1e-14)
+    edited = _run(tmp_path, tmp_path / "cache", files=THROUGH_MODULES, **edit)
+    assert (edited["hits"], edited["misses"]) == (0, 1)
+    want = _expected(edit.get("scale", 2.0), edit.get("shift", 1.0))
+    np.testing.assert_allclose((edited["total"], edited["grad0"]), want, rtol=1e-14)
+
+
+REBIND = '''
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import kernels
+x = np.linspace(0.0, 1.0, 7)
+before = float(kernels.rho.sum(x))
+kernels.SCALE = 3.0         # rebound after the loops were compiled with 2.0
+print(json.dumps({"before": before, "map": float(kernels.rho(x).sum()),
+                  "sum": float(kernels.rho.sum(x)),
+                  "partials": float(kernels.rho.value_and_partials(x)[0].sum()),
+                  "sum_partials": float(kernels.rho.sum_and_partials(x)[0])}))
+'''
+
+
+def test_a_rebound_global_is_seen_by_every_mode_and_cached_under_its_value(tmp_path):
+    env = dict(os.environ, DUALBCAST_CACHE_DIR=str(tmp_path / "cache"))
+    source_dir = tmp_path / "src"
+    source_dir.mkdir()
+    (source_dir / "kernels.py").write_text(KERNEL_MODULE.format(scale=2.0, shift=1.0))
+    done = subprocess.run([sys.executable, "-c", REBIND, str(source_dir)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["before"] == pytest.approx(_expected(2.0, 1.0)[0], rel=1e-14)
+    for mode in ("map", "sum", "partials", "sum_partials"):
+        assert seen[mode] == pytest.approx(_expected(3.0, 1.0)[0], rel=1e-14), mode
+    # A new process whose module says 3.0 loads what was compiled with 3.0.
+    fresh = _run(tmp_path, tmp_path / "cache", scale=3.0)
+    assert (fresh["hits"], fresh["misses"]) == (1, 0)
+    np.testing.assert_allclose((fresh["total"], fresh["grad0"]), _expected(3.0, 1.0),
+                               rtol=1e-14)
 
 
 def test_with_the_cache_off_nothing_is_written(tmp_path):

@@ -14,6 +14,7 @@ import weakref
 from ..core.box import Box
 from ..core.tape import (LinearRecord, RuleRecord, accumulate, backward, ignore_float_errors,
                          restore_float_errors)
+from ..rules.fast import kernel_prepared
 from .codegen import generate
 from .fusion import plan_fusion
 from .recorder import Slot
@@ -39,7 +40,7 @@ class Program:
     FUSE_UP_TO = 40
 
     __slots__ = ("steps", "guards", "generated", "runs", "output", "arrays", "watched",
-                 "leaves", "free", "slots", "fusion", "short_runs")
+                 "leaves", "free", "slots", "fusion", "short_runs", "kernels")
 
     def __init__(self, tape, recorder, output, arrays, free):
         """``recorder``: the trace's :class:`.recorder.ProgramRecorder`; ``arrays``:
@@ -62,6 +63,13 @@ class Program:
         self.watched = [(_reference(original), kept) for original, kept
                         in {id(pair[1]): pair for pair in recorder.copies}.values()]
         self.free = free            # f's free variables at the trace
+        # The kernels' calls: each must still run the code it ran at the trace (a name
+        # a kernel reads may change, and the fused program calls its loop directly).
+        # (What each was compiled with: retired once the kernel is compiled afresh.)
+        prepared_calls = (kernel_prepared(record.func) for record in tape.records
+                          if type(record) is RuleRecord)
+        self.kernels = [prepared.dependencies for prepared in prepared_calls
+                        if prepared is not None]
 
     def check(self, arrays, read_free_variables):
         """:class:`GuardFailed` unless what the signature cannot hold is as at the
@@ -77,6 +85,9 @@ class Program:
             original = ref()
             if original is not None and not identical(original, kept):
                 raise GuardFailed       # a global array changed in place since the trace
+        for dependencies in self.kernels:
+            if not dependencies.unchanged():
+                raise GuardFailed       # a name a kernel reads changed: compiled afresh
 
     def run(self, tape, arrays, read_free_variables):
         """Fill ``tape`` (its input slots already there): ``(output, residuals)``, the

@@ -8,19 +8,18 @@ inlined into it) beside that file, and a new process loads it instead of compili
 
 Invalidation: Numba only checks the loop file itself, which never changes; what it
 inlines does.  The directory name is therefore a fingerprint of everything the compiled
-code depends on: the kernel's bytecode and constants, the same for every function and
-kernel it calls (recursively) and the values of the global numbers it reads (Numba
-freezes them), its options, and the versions of dualbcast (its source files), Numba,
-NumPy and Python.  Edit any of them and the loop is compiled afresh into a new
-directory.
+code depends on: the kernel's bytecode and constants, the same for every function,
+helper and kernel it calls (recursively, also through a module: ``helpers.f``) and the
+values of the globals, closure variables and module attributes they read
+(:mod:`.dependencies`, which Numba freezes), its options, and the versions of
+dualbcast (its source files), Numba, NumPy and Python.  Edit any of them and the loop
+is compiled afresh into a new directory.
 """
-import builtins
 import functools
 import hashlib
 import importlib.util
 import os
 import sys
-import types
 
 import numba
 import numpy as np
@@ -44,85 +43,16 @@ def _library_fingerprint():
     return digest.hexdigest()
 
 
-def kernel_fingerprint(py_func, options):
-    """A hex digest that changes whenever the compiled loops of this kernel could, or
-    None when the kernel reads a value that cannot be fingerprinted."""
+def kernel_fingerprint(dependencies, options):
+    """A hex digest that changes whenever the compiled loops of a kernel with these
+    :class:`~.dependencies.Dependencies` could, or None when the kernel reads a value
+    that cannot be digested (it is then compiled without the disk cache)."""
+    if dependencies.digest is None:
+        return None
     digest = hashlib.sha256(_library_fingerprint().encode())
     digest.update(repr(sorted(options.items())).encode())
-    try:
-        _digest_function(digest, py_func, set())
-    except Uncacheable:
-        return None
+    digest.update(dependencies.digest.encode())
     return digest.hexdigest()[:20]
-
-
-def _digest_function(digest, func, seen):
-    if id(func) in seen:
-        return
-    seen.add(id(func))
-    code = func.__code__
-    digest.update(f"{func.__module__}.{func.__qualname__}".encode())
-    digest.update(repr(func.__defaults__).encode())
-    globals_ = func.__globals__
-    closure = dict(zip(code.co_freevars, func.__closure__ or ()))
-    for code_object in _code_objects(code):
-        digest.update(code_object.co_code)
-        digest.update(repr([c for c in code_object.co_consts
-                            if not isinstance(c, types.CodeType)]).encode())
-        # Every name the code reads (globals, builtins, attributes, closure variables)
-        # and, where it is a variable, its value.
-        for name in code_object.co_names + code_object.co_freevars:
-            digest.update(name.encode() + b";")
-            if name in closure:
-                try:
-                    value = closure[name].cell_contents
-                except ValueError:
-                    continue
-            elif name in globals_:
-                value = globals_[name]
-            elif hasattr(builtins, name):
-                value = getattr(builtins, name)
-            else:
-                continue
-            _digest_value(digest, value, seen)
-
-
-def _code_objects(code):
-    yield code
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            yield from _code_objects(const)
-
-
-class Uncacheable(Exception):
-    """A kernel reads a value whose identity cannot be fingerprinted (an arbitrary
-    object): it is compiled without the disk cache."""
-
-
-def _digest_value(digest, value, seen):
-    py_func = getattr(value, "py_func", None)          # a kernel or a Numba dispatcher
-    if isinstance(py_func, types.FunctionType):
-        digest.update(repr(getattr(value, "libm", None)).encode())
-        _digest_function(digest, py_func, seen)
-    elif isinstance(value, types.FunctionType):
-        _digest_function(digest, value, seen)
-    elif isinstance(value, types.ModuleType):
-        digest.update(value.__name__.encode())
-    elif isinstance(value, (types.BuiltinFunctionType, np.ufunc, type)):
-        # math.exp, np.exp, a class: their names identify them.
-        name = f"{getattr(value, '__module__', None)}.{getattr(value, '__qualname__', value)}"
-        digest.update(f"{type(value).__name__}:{name}".encode())
-    elif isinstance(value, np.ndarray):
-        digest.update(repr((value.dtype, value.shape)).encode() + value.tobytes())
-    elif isinstance(value, (int, float, complex, bool, str, bytes, type(None), np.generic)):
-        digest.update(f"{type(value).__name__}:{value!r}".encode())
-    elif isinstance(value, tuple):
-        digest.update(b"(")
-        for item in value:
-            _digest_value(digest, item, seen)
-        digest.update(b")")
-    else:
-        raise Uncacheable(type(value).__name__)
 
 
 def load_loop(source, namespace, kernel_dir, spec_name):

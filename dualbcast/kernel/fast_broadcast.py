@@ -13,9 +13,10 @@ from numba.core.errors import NumbaError
 from numba.extending import typeof_impl
 
 from ..dual import DualType
-from ..vmath import refresh_globals, with_vector_math
+from ..vmath import with_vector_math
 from .arguments import plan_call, signature_key
 from .cache import kernel_fingerprint
+from .dependencies import Dependencies
 from .loops import ACCUMULATE, REGISTER, STORE, LoopSpec, compile_loop
 from .prepared import PreparedCall
 from ..positions import argument_positions
@@ -51,12 +52,55 @@ class FastBroadcast:
         # Unless libm is asked for, the kernel sees dualbcast.vmath's vectorisable
         # math.exp & co (see dualbcast.vmath).
         self.libm = libm
-        compiled_func = py_func if libm else with_vector_math(py_func)
+        self._loops = {}            # LoopSpec -> compiled loop, of this generation
+        self._prepared = {}
+        # Compiled afresh (a new generation) whenever a name the kernel reads changes:
+        # see dependencies.py.  The first call walks its dependencies.
+        self.generation = 0
+        self.dependencies = None    # a Dependencies: what this generation was compiled with
+        self._cache_key = None
+        self.scalar_kernel = self._scalar_kernel()
+
+    def _scalar_kernel(self):
+        compiled_func = self.py_func if self.libm else with_vector_math(self.py_func)
         # Inlined into the loops wherever it is called (LLVM only vectorises a loop
         # with no calls left in it).
-        self.scalar_kernel = numba.njit(**self._jit_options, forceinline=True)(compiled_func)
-        self._loops = {}
-        self._prepared = {}
+        return numba.njit(**self._jit_options, forceinline=True)(compiled_func)
+
+    def current_generation(self) -> int:
+        """The kernel's generation: it starts a new one, compiled afresh, when a name
+        its code (or code it calls) reads is bound to another value than when it was
+        compiled (a global, a closure variable, a module's attribute, an array's
+        contents), so that every mode computes with the values of the moment."""
+        dependencies = self.dependencies
+        if dependencies is None or not dependencies.unchanged():
+            self._new_generation()
+        return self.generation
+
+    def _new_generation(self):
+        dependencies = Dependencies(self.py_func)
+        for kernel in dependencies.kernels:
+            kernel.current_generation()         # a kernel it calls, compiled afresh first
+        for helper in dependencies.dispatchers:
+            # Numba froze the helper's globals when it compiled it (a user's call from
+            # Python, an earlier generation): compiled again with today's values.
+            if helper.signatures:
+                helper.recompile()
+        fingerprint = kernel_fingerprint(dependencies, {**self._jit_options, "libm": self.libm})
+        self._cache_key = None
+        if fingerprint is not None:
+            name = f"{self.py_func.__module__}.{self.py_func.__qualname__}"
+            name = "".join(c if c.isalnum() or c in "._" else "_" for c in name)
+            self._cache_key = f"{name[:80]}-{fingerprint}"
+        # (Also the first time: the globals copied when the kernel was defined may
+        # have been defined since.)
+        self.scalar_kernel = self._scalar_kernel()
+        if self.dependencies is not None:
+            self.dependencies.retired = True
+            self._loops.clear()
+            self._prepared.clear()
+            self.generation += 1
+        self.dependencies = dependencies
 
     def __repr__(self):
         return f"<fast_broadcast kernel {self.__name__}>"
@@ -145,16 +189,15 @@ class FastBroadcast:
                                for shape, _, _ in own)
         gradients = tuple((kind, *own_spec) for kind, own_spec
                           in zip(grad_kinds or (None,) * len(own), own))
-        key = (mode, plan.kinds, active, plan.ndim, grad_kinds, plan.dtype)
-        loop = self._loops.get(key)
-        if loop is None:
-            spec = LoopSpec(mode, plan.kinds, active, plan.ndim, grad_kinds, plan.dtype.name)
-            loop = self._loops[key] = self._compile(spec)
+        spec = LoopSpec(mode, plan.kinds, active, plan.ndim, grad_kinds, plan.dtype.name)
+        self.current_generation()
+        loop = self.loop(spec)
         # Threads may split the outermost loop unless two chunks would add into the
         # same element of a gradient (an argument broadcast along that loop).
         splittable = all(kind != ACCUMULATE or _outer_stride(plan, shape) != 0
                          for kind, shape, _, _ in gradients)
-        return PreparedCall(self, mode, loop, plan, single, gradients, splittable)
+        return PreparedCall(self, mode, loop, self.dependencies, plan, single, gradients,
+                            splittable)
 
     def _active(self, wrt, plan):
         single, active = argument_positions(wrt, len(plan.kinds), "wrt", self.__name__)
@@ -168,18 +211,14 @@ class FastBroadcast:
                                 f"to float for values but never differentiated")
         return active, single
 
-    def _compile(self, spec):
-        """The loop for ``spec`` (compiled, or loaded from the disk cache, at its first
-        call).  If Numba cannot compile it, ``_diagnose`` says why."""
-        if not self.libm:
-            refresh_globals(self.scalar_kernel.py_func)
-        fingerprint = kernel_fingerprint(self.py_func, {**self._jit_options, "libm": self.libm})
-        cache_key = None
-        if fingerprint is not None:
-            name = f"{self.py_func.__module__}.{self.py_func.__qualname__}"
-            cache_key = "".join(c if c.isalnum() or c in "._" else "_" for c in name)
-            cache_key = f"{cache_key[:80]}-{fingerprint}"
-        return compile_loop(spec, self.scalar_kernel, self._jit_options, cache_key)
+    def loop(self, spec):
+        """The loop for ``spec`` in this generation (compiled, or loaded from the disk
+        cache, at its first call).  If Numba cannot compile it, ``_diagnose`` says why."""
+        loop = self._loops.get(spec)
+        if loop is None:
+            loop = self._loops[spec] = compile_loop(spec, self.scalar_kernel, self._jit_options,
+                                                    self._cache_key)
+        return loop
 
     def _diagnose(self, spec, operands, err):
         """The error for a loop Numba could not compile: the scalar kernel type-checked

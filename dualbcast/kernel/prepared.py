@@ -39,14 +39,16 @@ class SumLoop(NamedTuple):
 
 
 class PreparedCall:
-    __slots__ = ("kernel", "mode", "loop", "plan", "single", "scalar_type", "size",
+    __slots__ = ("kernel", "mode", "loop", "dependencies", "plan", "single", "scalar_type", "size",
                  "rows", "nchunks", "chunk_size", "totals_width", "splittable", "gradients",
                  "all_stored", "compiled", "sums")
 
-    def __init__(self, kernel, mode, loop, plan, single, gradients, splittable):
-        """``gradients``: per active argument ``(kind, shape, dtype, is_array)`` (the
-        kind only matters for sum_partials)."""
+    def __init__(self, kernel, mode, loop, dependencies, plan, single, gradients, splittable):
+        """``loop``: compiled with the kernel's ``dependencies`` as they are;
+        ``gradients``: per active argument ``(kind, shape, dtype, is_array)`` (the kind
+        only matters for sum_partials)."""
         self.kernel, self.mode, self.loop, self.plan = kernel, mode, loop, plan
+        self.dependencies = dependencies
         self.single, self.gradients, self.splittable = single, gradients, splittable
         self.scalar_type = plan.dtype.type
         self.size = math.prod(plan.shape)
@@ -155,9 +157,23 @@ class PreparedCall:
 
     # ------------------------------------------------------------------ running the loop
 
+    def current(self):
+        """Whether the loop was compiled with the values the names the kernel reads
+        have now; if not, the kernel is compiled afresh and this call takes its loop
+        (see dependencies.py)."""
+        if self.dependencies.unchanged():
+            return True
+        kernel = self.kernel
+        kernel.current_generation()
+        self.loop = kernel.loop(self.loop.spec)
+        self.dependencies = kernel.dependencies
+        self.compiled = False
+        return False
+
     def _run(self, args, outputs):
         """Run the loop over ``args`` into ``outputs``; for the sum modes, return the
         row ``(sum, register gradients...)`` added up over the chunks in order."""
+        self.current()
         operands = self.plan.operands_for(args)
         sums = self.sums
         workers = min(config.threads, self.nchunks) if self.compiled and self.splittable \
@@ -187,7 +203,7 @@ class PreparedCall:
                 return totals[0]
             # The chunks' partial sums added exactly (np.add.reduce's result would
             # depend on the memory alignment of ``totals``).
-            return [math.fsum(column) for column in totals.T.tolist()]
+            return [_exact_sum(column) for column in totals.T.tolist()]
         return None
 
     def _run_parallel(self, workers, operands, outputs, scratch):
@@ -205,6 +221,15 @@ class PreparedCall:
                       *outputs, *_first_rows(scratch))
             raise RuntimeError(f"@fast_broadcast kernel {self.kernel.__name__!r}: a thread "
                                f"of the loop failed, but the loop on one thread did not")
+
+
+def _exact_sum(values):
+    """``math.fsum(values)``, or where fsum raises (``inf`` and ``-inf`` met, or partial
+    sums beyond the largest float) the sum in order: ``nan`` or ``inf`` as NumPy's."""
+    try:
+        return math.fsum(values)
+    except (ValueError, OverflowError):
+        return sum(values)
 
 
 def _first_rows(scratch):

@@ -100,6 +100,12 @@ def kernel_sum_loop(func):
     return func.prepared.sum_loop()
 
 
+def kernel_prepared(func):
+    """The prepared call (a :class:`~dualbcast.kernel.prepared.PreparedCall`) of a
+    kernel's rule (a record's ``func``), or None for any other function."""
+    return func.prepared if isinstance(func, _KernelRule) else None
+
+
 def _map_vjp(partial, position, single_use):
     def vjp(g, ans, *args):
         # Backward runs once on a single-use tape: the partials buffer becomes the

@@ -1,0 +1,171 @@
+"""A kernel computes with the values its names have when it is called: every mode,
+grad and jit's replays (fused too) agree after a global, a closure variable, a
+module's attribute, a helper's global or a global array's contents change.  (The disk
+cache's side of it, across processes, is in test_cache.py.)"""
+import math
+import sys
+import types
+
+import numba
+import numpy as np
+import pytest
+
+import dualbcast as db
+
+X = np.linspace(0.5, 1.5, 9)
+SCALE = 1.0
+
+
+def _every_mode(kernel, x, *rest):
+    """Each mode's value summed, and the gradients of the sum by every route."""
+    values = {
+        "map": kernel(x, *rest).sum(),
+        "sum": kernel.sum(x, *rest),
+        "partials": kernel.value_and_partials(x, *rest)[0].sum(),
+        "sum_partials": kernel.sum_and_partials(x, *rest)[0],
+    }
+    grads = {
+        "partials": kernel.value_and_partials(x, *rest)[1],
+        "sum_partials": kernel.sum_and_partials(x, *rest)[1],
+        "grad of sum": db.grad(lambda x: kernel.sum(x, *rest))(x),
+        "grad of map": db.grad(lambda x: np.sum(kernel(x, *rest)))(x),
+    }
+    return values, grads
+
+
+def _assert_every_mode(kernel, value, grad, *rest):
+    values, grads = _every_mode(kernel, X, *rest)
+    for mode, got in values.items():
+        assert got == pytest.approx(np.sum(value), rel=1e-14), mode
+    for route, got in grads.items():
+        np.testing.assert_allclose(got, grad, rtol=1e-14, err_msg=route)
+
+
+def test_a_rebound_global_is_seen_by_every_mode():
+    global SCALE
+
+    @db.fast_broadcast
+    def k(x):
+        return SCALE * x * x
+
+    try:
+        SCALE = 1.0
+        _assert_every_mode(k, X * X, 2 * X)
+        SCALE = 2.0
+        _assert_every_mode(k, 2 * X * X, 4 * X)
+    finally:
+        SCALE = 1.0
+
+
+def test_a_rebound_closure_variable_is_seen():
+    scale = 1.0
+
+    @db.fast_broadcast
+    def k(x):
+        return scale * math.exp(x)
+
+    _assert_every_mode(k, np.exp(X), np.exp(X))
+    scale = 3.0
+    _assert_every_mode(k, 3 * np.exp(X), 3 * np.exp(X))
+
+
+def test_a_module_attribute_is_seen():
+    params = types.ModuleType("dualbcast_test_params")
+    params.SCALE = 2.0
+    sys.modules[params.__name__] = params
+    namespace = {"params": params, "db": db}
+    exec("@db.fast_broadcast\ndef k(x):\n    return params.SCALE * x", namespace)
+    k = namespace["k"]
+    try:
+        _assert_every_mode(k, 2 * X, np.full_like(X, 2.0))
+        params.SCALE = 5.0
+        _assert_every_mode(k, 5 * X, np.full_like(X, 5.0))
+    finally:
+        del sys.modules[params.__name__]
+
+
+def test_a_helpers_global_is_seen_even_when_numba_compiled_it_before():
+    namespace = {"numba": numba, "db": db, "OFFSET": 1.0}
+    exec("@numba.njit\ndef helper(x):\n    return x + OFFSET\n"
+         "@db.fast_broadcast\ndef k(x):\n    return helper(x) * x", namespace)
+    helper, k = namespace["helper"], namespace["k"]
+    assert helper(1.0) == 2.0           # compiled by the user, OFFSET frozen at 1.0
+    namespace["OFFSET"] = 4.0
+    _assert_every_mode(k, (X + 4.0) * X, 2 * X + 4.0)
+    assert helper(1.0) == 5.0           # (compiled again: Python's answer, too)
+
+
+def test_a_global_arrays_contents_are_seen():
+    namespace = {"db": db, "TABLE": np.array([2.0, 3.0])}
+    exec("@db.fast_broadcast\ndef k(x):\n    return TABLE[0] * x + TABLE[1]", namespace)
+    k, table = namespace["k"], namespace["TABLE"]
+    _assert_every_mode(k, 2 * X + 3, np.full_like(X, 2.0))
+    table[0] = 7.0                      # changed in place (Numba froze its contents)
+    _assert_every_mode(k, 7 * X + 3, np.full_like(X, 7.0))
+
+
+def test_a_kernel_called_from_a_kernel_follows_its_own_globals():
+    namespace = {"db": db, "math": math, "A": 1.0}
+    exec("@db.fast_broadcast\ndef inner(x):\n    return A * x\n"
+         "@db.fast_broadcast\ndef outer(x):\n    return inner(x) * x", namespace)
+    outer = namespace["outer"]
+    _assert_every_mode(outer, X * X, 2 * X)
+    namespace["A"] = 3.0
+    _assert_every_mode(outer, 3 * X * X, 6 * X)
+
+
+def test_a_global_defined_after_the_kernel_is_found():
+    namespace = {"db": db}
+    exec("@db.fast_broadcast\ndef k(x):\n    return LATER * x", namespace)
+    namespace["LATER"] = 2.0
+    _assert_every_mode(namespace["k"], 2 * X, np.full_like(X, 2.0))
+
+
+def test_a_name_rebound_to_an_equal_value_compiles_nothing():
+    namespace = {"db": db, "A": 1.5, "T": (1.0, 2.0)}
+    exec("@db.fast_broadcast\ndef k(x):\n    return A * x + T[1]", namespace)
+    k = namespace["k"]
+    k(X)
+    generation = k.current_generation()
+    namespace["A"] = float("1.5")       # another object, the same value
+    namespace["T"] = (1.0, 2.0)
+    k(X)
+    assert k.current_generation() == generation
+    namespace["A"] = -1.5
+    k(X)
+    assert k.current_generation() == generation + 1
+
+
+def test_minus_zero_is_another_value():
+    namespace = {"db": db, "A": 0.0}
+    exec("@db.fast_broadcast\ndef k(x):\n    return x / A", namespace)
+    k = namespace["k"]
+    assert k(np.ones(2))[0] == np.inf
+    namespace["A"] = -0.0
+    assert k(np.ones(2))[0] == -np.inf
+
+
+def test_jit_replays_see_a_rebound_kernel_global():
+    # Enough calls for the program to be generated and fused (the fused program calls
+    # the kernel's loop itself): each call must compute with the value of the moment.
+    namespace = {"db": db, "math": math, "A": 1.0}
+    exec("@db.fast_broadcast\ndef k(x, a):\n    return A * a * math.exp(-x * x)", namespace)
+    k = namespace["k"]
+    step = db.jit(db.value_and_grad(lambda x: 2.0 * k.sum(x, 1.5) + 1.0))
+    for call in range(12):
+        scale = 1.0 + (call // 3)
+        namespace["A"] = scale
+        value, grad = step(X)
+        want = scale * 1.5 * np.exp(-X * X)
+        assert value == pytest.approx(2 * want.sum() + 1.0, rel=1e-14), call
+        np.testing.assert_allclose(grad, 2 * -2 * X * want, rtol=1e-14, err_msg=str(call))
+
+
+def test_checking_costs_one_identity_test_per_name():
+    # What a call pays: the names are compared by identity (a kernel reading only
+    # ``math`` watches one name; the library's attributes are not watched).
+    namespace = {"db": db, "math": math}
+    exec("@db.fast_broadcast\ndef k(x):\n    return math.exp(x) + math.sin(x)", namespace)
+    k = namespace["k"]
+    k(X)
+    assert len(k.dependencies._watched) == 1 and not k.dependencies._arrays
