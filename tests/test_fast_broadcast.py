@@ -423,3 +423,32 @@ def test_a_result_that_does_not_depend_on_the_argument_has_zero_partials(kernel,
     assert partial.dtype == dtype and not partial.any()
     total, gradient = kernel.sum_and_partials(x, 3.0, wrt=0)
     assert total == 5 * value and gradient.dtype == dtype and not gradient.any()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sums_of_opposite_infinities_and_of_overflowing_values_are_numpys(threads):
+    # The chunks' sums are added with math.fsum, which raises for inf + -inf met in
+    # different chunks and for partial sums beyond the largest float; NumPy gives nan
+    # and inf.  Every sum mode and grad must give NumPy's value.
+    @db.fast_broadcast
+    def ident(x, a):
+        return a * x
+
+    opposite = np.zeros(3 * CHUNK_ELEMENTS)
+    opposite[0], opposite[-1] = np.inf, -np.inf
+    huge = np.full(3 * CHUNK_ELEMENTS, 1e308)
+    saved = db.config.threads
+    db.config.threads = threads
+    try:
+        for x, want in ((opposite, np.nan), (huge, np.inf)):
+            with np.errstate(all="ignore"):
+                assert np.sum(x) == want or np.isnan(want) and np.isnan(np.sum(x))
+            np.testing.assert_equal(ident.sum(x, 1.0), want)
+            total, (gx, ga) = ident.sum_and_partials(x, 1.0, wrt=(0, 1))
+            np.testing.assert_equal(total, want)
+            np.testing.assert_equal(ga, want)           # d/da sums x too
+            np.testing.assert_equal(gx, np.ones_like(x))
+            value, grad = db.value_and_grad(lambda a: ident.sum(x, a))(1.0)
+            np.testing.assert_equal((value, grad), (want, want))
+    finally:
+        db.config.threads = saved
