@@ -9,8 +9,9 @@ def test_contiguous_same_shape_arrays_walk_one_flat_loop_over_views():
     x, y = np.ones((3, 4, 5)), np.zeros((3, 4, 5))
     plan = plan_call("k", (x, 2.0, y))
     assert plan.loop_shape == (60,) and plan.kinds == (ARRAY, SCALAR, ARRAY)
-    assert np.shares_memory(plan.operands[0], x) and np.shares_memory(plan.operands[2], y)
-    assert plan.operands[1] == 2.0 and plan.operands[1].dtype == np.float64
+    operands = plan.operands_for((x, 2.0, y))
+    assert np.shares_memory(operands[0], x) and np.shares_memory(operands[2], y)
+    assert operands[1] == 2.0 and type(operands[1]) is float     # Numba's float64
 
 
 @pytest.mark.parametrize("shapes, loop_shape", [
@@ -23,7 +24,7 @@ def test_broadcast_loops_are_coalesced(shapes, loop_shape):
     arrays = [np.arange(np.prod(s), dtype=float).reshape(s) for s in shapes]
     plan = plan_call("k", arrays)
     assert plan.loop_shape == loop_shape
-    for view, array in zip(plan.operands, arrays):
+    for view, array in zip(plan.operands_for(arrays), arrays):
         assert np.shares_memory(view, array)
         # the view walks the same elements as the broadcast array, in C order
         np.testing.assert_array_equal(view.reshape(-1) if view.size == np.prod(plan.shape)
@@ -36,8 +37,9 @@ def test_non_contiguous_inputs_are_viewed_not_copied(make):
     base = np.arange(48.0).reshape(6, 8)
     x = make(base)
     plan = plan_call("k", (x, 1.0))
-    assert np.shares_memory(plan.operands[0], x)
-    np.testing.assert_array_equal(np.broadcast_to(plan.operands[0], plan.loop_shape).reshape(-1),
+    view = plan.operands_for((x, 1.0))[0]
+    assert np.shares_memory(view, x)
+    np.testing.assert_array_equal(np.broadcast_to(view, plan.loop_shape).reshape(-1),
                                   x.reshape(-1))
 
 
@@ -63,3 +65,28 @@ def test_compute_dtype(args, dtype):
 def test_python_scalars_are_weak():
     assert plan_call("k", (np.ones(2, np.float32), 1.5, 2, True)).dtype == np.float32
     assert plan_call("k", (1.5, 2)).dtype == np.float64
+
+
+def test_a_plan_keeps_no_array_of_the_call_it_was_made_for():
+    # A plan is kept for later calls of its signature: holding the first call's arrays
+    # kept them alive after the caller let go (issue 14 #13).
+    import gc
+    import weakref
+    x, y = np.ones((3, 4)), np.ones(4)[::-1]
+    refs = [weakref.ref(x), weakref.ref(y)]
+    plan = plan_call("k", (x, y, 2.0))
+    del x, y
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None]
+    assert plan.converted == (None, None, None)
+
+
+@pytest.mark.parametrize("make", [list, lambda a: a.view(np.memmap), lambda a: a.view(np.matrix)])
+def test_lists_and_subclasses_are_planned_from_their_data(make):
+    a = np.arange(4.0).reshape(1, 4)
+    arg = make(a.tolist()) if make is list else make(a)
+    plan = plan_call("k", (arg, 1.0))
+    assert plan.shape == (1, 4)
+    operand = plan.operands_for((arg, 1.0))[0]
+    assert type(operand) is np.ndarray
+    np.testing.assert_array_equal(operand.reshape(-1), a.reshape(-1))

@@ -33,8 +33,12 @@ class CallPlan:
     groups: tuple       # loop dims as groups of result dims (size-1 dims dropped, neighbours merged)
     loop_shape: tuple   # the size of each loop dim
     kinds: tuple        # per argument: SCALAR or ARRAY
-    operands: tuple     # per argument: a NumPy scalar of ``dtype`` or an array view over loop_shape
-    originals: tuple    # per argument: an ndarray, a NumPy scalar or a Python scalar
+    described: tuple    # per argument: (shape, dtype, whether an ndarray) as it was taken
+    # Per argument: None, or what it became where a later call's argument would not be
+    # taken as it is (a list, an ndarray subclass, an array-like: such a call is never
+    # looked up by signature, so this is that very argument).  No array of a call
+    # looked up by signature is kept: a plan outlives its call.
+    converted: tuple
     recipes: tuple      # per argument: how its operand is made (AS_SCALAR, ... LOOP_VIEW)
 
     def operands_for(self, args):
@@ -45,14 +49,10 @@ class CallPlan:
         # A Python float already is what Numba types as float64: no conversion needed.
         exact = float if dtype == _FLOAT64 else None
         operands = []
-        i = 0
-        for arg, recipe in zip(args, self.recipes):
+        for arg, recipe, converted in zip(args, self.recipes, self.converted):
+            if converted is not None:
+                arg = converted         # (in a replay: the same checked content)
             kind = type(arg)
-            if kind is list or kind is tuple:
-                # A list or tuple has no signature key, so its plan was made from this
-                # very call (or, in a replay, from the same checked content).
-                arg = self.originals[i]
-            i += 1
             if recipe == FLAT and kind is np.ndarray and arg.ndim == 1 \
                     and arg.dtype in _LOADABLE:
                 operands.append(arg)            # the common case, first
@@ -92,8 +92,10 @@ def _loadable(array):
 
 def _as_numeric(kernel_name, position, value):
     """An ndarray or NumPy scalar for ``value``, or a TypeError saying why not."""
-    if isinstance(value, (np.ndarray, np.generic)):
+    if type(value) is np.ndarray or isinstance(value, np.generic):
         arr = value
+    elif isinstance(value, np.ndarray):
+        arr = value.view(np.ndarray)    # a subclass (np.memmap...): its data, as NumPy's
     else:
         try:
             arr = np.asarray(value)
@@ -190,17 +192,15 @@ def plan_call(kernel_name, args):
     else:
         shape = _broadcast_shape(kernel_name, originals, shapes)
 
-    kinds, operands, arrays, recipes = [], [], [], []
+    kinds, arrays, recipes = [], [], []
     for o in originals:
         if type(o) in PYTHON_SCALARS or o.size == 1:
             kinds.append(SCALAR)
             whole = type(o) in PYTHON_SCALARS or not o.ndim
             recipes.append(AS_SCALAR if whole else FIRST_ELEMENT)
-            operands.append(dtype.type(o if whole else o.reshape(-1)[0]))
         else:
             kinds.append(ARRAY)
             recipes.append(None)
-            operands.append(None)
             arrays.append(_loadable(o))
 
     fast = all(a.shape == shape and a.flags.c_contiguous for a in arrays)
@@ -212,7 +212,6 @@ def plan_call(kernel_name, args):
             loop_shape = (math.prod(shape),)
         else:
             groups = loop_shape = ()
-        views = iter([a.reshape(-1) for a in arrays])
     else:
         # Every operand must agree on a merge: the arrays, the C-ordered output, and the
         # C-ordered gradient buffer of each array's own shape (sum_and_partials walks it
@@ -222,13 +221,19 @@ def plan_call(kernel_name, args):
         strides += [_broadcast_strides(a.shape, _c_strides(a.shape), shape) for a in arrays]
         groups = _coalesce(shape, strides + [_c_strides(shape)])
         loop_shape = _group_sizes(shape, groups)
-        views = iter([_loop_view(a, shape, groups) for a in arrays])
     for i, kind in enumerate(kinds):
         if kind == ARRAY:
-            operands[i] = next(views)
             recipes[i] = FLAT if fast else LOOP_VIEW
-    return CallPlan(shape, dtype, groups, loop_shape, tuple(kinds), tuple(operands), originals,
+    described = tuple((np.shape(o), np.result_type(o), isinstance(o, np.ndarray))
+                      for o in originals)
+    converted = tuple(None if _taken_as_is(arg) else o for arg, o in zip(args, originals))
+    return CallPlan(shape, dtype, groups, loop_shape, tuple(kinds), described, converted,
                     tuple(recipes))
+
+
+def _taken_as_is(arg):
+    kind = type(arg)
+    return kind is np.ndarray or kind in PYTHON_SCALARS or isinstance(arg, np.generic)
 
 
 def signature_key(args):

@@ -180,8 +180,7 @@ class FastBroadcast:
     def _make_prepared(self, mode, args, wrt):
         plan = plan_call(self.__name__, args)
         active, single = self._active(wrt, plan) if wrt is not None else ((), False)
-        own = [(np.shape(plan.originals[i]), np.result_type(plan.originals[i]),
-                isinstance(plan.originals[i], np.ndarray)) for i in active]
+        own = [plan.described[i] for i in active]
         grad_kinds = ()
         if mode == "sum_partials":
             grad_kinds = tuple(REGISTER if math.prod(shape) == 1 else
@@ -204,7 +203,7 @@ class FastBroadcast:
         if not active:
             raise ValueError(f"{self.__name__}: wrt={wrt!r} names no argument")
         for i in active:
-            dtype = np.result_type(plan.originals[i])
+            dtype = plan.described[i][1]
             if dtype.kind != "f":
                 raise TypeError(f"{self.__name__}: cannot differentiate with respect to argument "
                                 f"{i} of dtype {dtype}: integer and bool arguments are promoted "
