@@ -106,10 +106,34 @@ def record(tape, ans, parents, argnums, vjps, saved, kwargs, func, others=(), ki
     **kwargs)`` to ``tape`` and return the box of its result.  ``saved``: the argument
     values the vjps see; ``others``: ``(position, slot)`` of traced arguments that are
     not parents."""
+    if type(ans) is np.ndarray:
+        if ans.dtype.kind == "c":
+            _complex_result(tape, func)
+    elif type(ans) in _COMPLEX_SCALARS:
+        _complex_result(tape, func)
     slot = len(tape.values)
     tape.values.append(ans)
     tape.records.append(kind(slot, parents, argnums, vjps, ans, saved, kwargs, func, others))
     return Box(ans, slot, tape)
+
+
+# dualbcast differentiates real programs: NumPy's rules here are the real ones, and a
+# complex value passing through them would give a wrong gradient (the imaginary part
+# dropped at the end, with only a ComplexWarning).  So an operation that makes a traced
+# value complex raises, before its result is handed back.  (The operators' one-step
+# path in .operators never sees one: it takes real scalars only.)
+_COMPLEX_SCALARS = frozenset({complex, np.complex64, np.complex128, np.clongdouble})
+
+
+def _complex_result(tape, func):
+    raised(tape)
+    name = getattr(func, "__name__", repr(func))
+    if isinstance(func, np.ufunc):
+        name = f"numpy.{name}"
+    raise TypeError(f"{name} made a traced value complex: dualbcast differentiates real "
+                    f"programs only (NumPy's rules here are the real ones, so a complex "
+                    f"intermediate would give a wrong gradient); compute with real and "
+                    f"imaginary parts as separate real arrays")
 
 
 def constant(func, args, kwargs=_NO_KWARGS):
@@ -223,6 +247,11 @@ def _operator(ufunc, op, x, y):
     except Exception:               # 1.0 / x at x == 0.0, a Python float
         raised(tape)
         raise
+    if type(ans) is not np.ndarray:
+        if type(ans) in _COMPLEX_SCALARS:
+            _complex_result(tape, ufunc)
+    elif ans.dtype.kind == "c":
+        _complex_result(tape, ufunc)
     values = tape.values
     slot = len(values)
     values.append(ans)
@@ -273,8 +302,17 @@ def _in_place(name):
 def _detaching(what):
     def method(self, *args, **kwargs):
         raise TypeError(f"{what} of a traced value would detach it from the gradient; "
-                        f"call dualbcast.stop_gradient(x) first if that is what you mean")
+                        f"build arrays of traced values with np.stack, np.concatenate, "
+                        f"np.where or arithmetic instead (a list of traced scalars, then "
+                        f"np.stack(list)), or call dualbcast.stop_gradient(x) first if a "
+                        f"constant is what you mean")
     return method
+
+
+class NoGradientRule(NotImplementedError, AttributeError):
+    """An ndarray attribute or method used on a traced value that has no gradient rule.
+    Also an ``AttributeError``, so ``hasattr(x, name)`` and ``getattr(x, name, default)``
+    still answer as for any object lacking the attribute."""
 
 
 class Box:
@@ -319,9 +357,15 @@ class Box:
     def __array_function__(self, func, types, args, kwargs):
         return call_function(func, args, kwargs)
 
-    __array__ = _detaching("Converting to a plain NumPy array (np.asarray, np.array, or a "
-                           "NumPy function without a gradient rule)")
-    __float__ = _detaching("float()")
+    # NumPy calls these too when a traced value is written into a plain array
+    # (buf[0] = x calls __float__, buf[:1] = x calls __array__); for buf[0] = x it then
+    # replaces the error by "setting an array element with a sequence" (a box has
+    # __getitem__), keeping this one as its cause.
+    __array__ = _detaching("Converting to a plain NumPy array (np.asarray, np.array, "
+                           "buf[...] = x into a plain array, or a NumPy function without a "
+                           "gradient rule)")
+    __float__ = _detaching("float() (also what buf[i] = x, writing into a plain NumPy "
+                           "array, calls)")
     __int__ = _detaching("int()")
     __index__ = _detaching("operator.index()")
     __complex__ = _detaching("complex()")
@@ -343,6 +387,17 @@ class Box:
     size = property(lambda self: np.size(self.value))
     dtype = property(lambda self: np.result_type(self.value))
     T = property(lambda self: call_function(np.transpose, (self,), {}))
+
+    def __getattr__(self, name):
+        # Reached only when normal lookup fails (no cost to the attributes above).
+        # Private and special names stay plain AttributeErrors: NumPy probes
+        # __array_interface__ & co on any object.
+        if not name.startswith("_") and hasattr(np.ndarray, name):
+            raise NoGradientRule(f"dualbcast has no gradient rule for the ndarray attribute "
+                                 f".{name} (used on a traced value); use a NumPy function "
+                                 f"that has one, or dualbcast.stop_gradient(x).{name} for "
+                                 f"a constant")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __len__(self):
         return len(self.value)

@@ -3,10 +3,13 @@
 A dual's partials are a ``UniTuple(float, n)``.  These intrinsics emit straight-line
 LLVM for every ``n`` (no Python-level loop, no generated source per ``n``).
 
-Products are *NaN-safe* (ForwardDiff's convention): a partial that is exactly zero
-times a local derivative that is infinite or NaN gives zero, not NaN.  This is what
-keeps ``sqrt(x) + y`` at ``x = 0`` from poisoning the partial with respect to ``y``.
-Sums and negation need no such care and stay plain.
+Products are *NaN-safe* (ForwardDiff's convention, README "Derivative conventions"):
+a product in which either factor is exactly zero is zero, even when the other is
+infinite or NaN.  A zero partial times an infinite local derivative keeps ``sqrt(x) +
+y`` at ``x = 0`` from poisoning the partial with respect to ``y``; a zero factor times
+an infinite partial keeps ``w * sqrt(r)`` at ``w = r = 0`` at 0 w.r.t. ``r``, as the
+reverse-mode rules give (their zero cotangent reaches ``sqrt``).  Sums and negation
+need no such care and stay plain.
 """
 from numba import types
 from numba.core import cgutils
@@ -20,10 +23,18 @@ def _elements(context, builder, tupty, tup, dtype):
             for i in range(tupty.count)]
 
 
-def _safe_product(context, builder, dtype, partial, derivative):
+def _derivative_is_zero(context, builder, dtype, derivative):
+    # Compared once per chain-rule product, not once per partial.
+    return builder.fcmp_ordered("==", derivative, context.get_constant(dtype, 0.0))
+
+
+def _safe_product(context, builder, dtype, partial, derivative, derivative_is_zero):
+    # 0 if the partial is 0; the derivative itself (a signed zero) if it is 0; else the
+    # product.  Written so that LLVM folds it where a partial is a known constant (a
+    # seed's 1 or 0): select(d == 0, d, 1 * d) is d, so those products cost nothing.
     zero = context.get_constant(dtype, 0.0)
-    is_zero = builder.fcmp_ordered("==", partial, zero)
-    return builder.select(is_zero, zero, builder.fmul(partial, derivative))
+    product = builder.select(derivative_is_zero, derivative, builder.fmul(partial, derivative))
+    return builder.select(builder.fcmp_ordered("==", partial, zero), zero, product)
 
 
 def _is_partials(ty):
@@ -32,7 +43,7 @@ def _is_partials(ty):
 
 @intrinsic
 def scale(typingctx, parts, d):
-    """``parts * d``, NaN-safe."""
+    """``parts * d``, NaN-safe (0 where a partial or ``d`` is 0)."""
     if not (_is_partials(parts) and isinstance(d, REAL)):
         return None
     dtype = typingctx.unify_pairs(parts.dtype, as_float(d))
@@ -41,7 +52,8 @@ def scale(typingctx, parts, d):
     def codegen(context, builder, sig, args):
         p, dv = args
         dv = context.cast(builder, dv, d, dtype)
-        out = [_safe_product(context, builder, dtype, pi, dv)
+        dv_is_zero = _derivative_is_zero(context, builder, dtype, dv)
+        out = [_safe_product(context, builder, dtype, pi, dv, dv_is_zero)
                for pi in _elements(context, builder, parts, p, dtype)]
         return context.make_tuple(builder, rettype, out)
 
@@ -61,11 +73,13 @@ def lincomb(typingctx, pa, da, pb, db):
         a, dav, b, dbv = args
         dav = context.cast(builder, dav, da, dtype)
         dbv = context.cast(builder, dbv, db, dtype)
+        da_is_zero = _derivative_is_zero(context, builder, dtype, dav)
+        db_is_zero = _derivative_is_zero(context, builder, dtype, dbv)
         out = []
         for ai, bi in zip(_elements(context, builder, pa, a, dtype),
                           _elements(context, builder, pb, b, dtype)):
-            out.append(builder.fadd(_safe_product(context, builder, dtype, ai, dav),
-                                    _safe_product(context, builder, dtype, bi, dbv)))
+            out.append(builder.fadd(_safe_product(context, builder, dtype, ai, dav, da_is_zero),
+                                    _safe_product(context, builder, dtype, bi, dbv, db_is_zero)))
         return context.make_tuple(builder, rettype, out)
 
     return rettype(pa, da, pb, db), codegen

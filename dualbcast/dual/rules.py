@@ -7,7 +7,7 @@ NaN-safe helpers of :mod:`dualbcast.dual.partials`.
 import numba
 
 from . import partials as P
-from ..vmath import IMPLEMENTATION_OF, STAND_INS, with_vector_math
+from ..vmath import FLOAT_VALUED, IMPLEMENTATION_OF, STAND_INS, with_vector_math
 from .dualtype import REAL, DualType, make_dual, value_of
 from .table import (BINARY, PIECEWISE_CONSTANT_BINARY, PIECEWISE_CONSTANT_UNARY, PREDICATES,
                     UNARY)
@@ -127,6 +127,7 @@ def register_all():
             binary_rule(stand_in, *map(with_vector_math, BINARY[fn]))
     for fn, value_fn in PIECEWISE_CONSTANT_UNARY.items():
         piecewise_constant_unary(fn, value_fn)
+        piecewise_constant_unary(FLOAT_VALUED[fn], value_fn)    # (what kernels call)
     for fn, value_fn in PIECEWISE_CONSTANT_BINARY.items():
         piecewise_constant_binary(fn, value_fn)
     for fn in PREDICATES:

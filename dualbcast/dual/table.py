@@ -81,11 +81,15 @@ BINARY = {
     math.atan2: (lambda y, x, r: _atan2_d(x, y), lambda y, x, r: -_atan2_d(y, x)),
     math.hypot: (lambda x, y, r: _hypot_d(x, r), lambda x, y, r: _hypot_d(y, r)),
     math.copysign: (lambda x, y, r: _sign0(x) * math.copysign(1.0, y), lambda x, y, r: 0.0),
-    operator.mod: (lambda x, y, r: 1.0, lambda x, y, r: -np.floor(x / y)),
+    # d/dy (x % y) = -q, q the quotient the remainder r was computed with: x // y
+    # (Python's, NumPy's and Numba's floordiv come from one divmod).  Not floor(x / y):
+    # 0.5 / 0.1 rounds to 5.0, but 0.5 % 0.1 = 0.0999... says the quotient was 4.
+    operator.mod: (lambda x, y, r: 1.0, lambda x, y, r: -(x // y)),
 }
 
 #: Piecewise-constant functions: derivative 0.  The value stays a float (NumPy's
-#: ``floor``), so ``floor(inf)`` is ``inf`` rather than an undefined integer.
+#: ``floor``), so ``floor(inf)`` is ``inf`` rather than an undefined integer (kernels
+#: call ``dualbcast.vmath``'s float-valued stand-ins for plain floats too).
 PIECEWISE_CONSTANT_UNARY = {math.floor: np.floor, math.ceil: np.ceil, math.trunc: np.trunc}
 PIECEWISE_CONSTANT_BINARY = {operator.floordiv: operator.floordiv}
 

@@ -154,8 +154,12 @@ elementwise(np.logaddexp,
             lambda g, ans, x, y: g * np.exp(x - ans), lambda g, ans, x, y: g * np.exp(y - ans))
 elementwise(np.logaddexp2,
             lambda g, ans, x, y: g * np.exp2(x - ans), lambda g, ans, x, y: g * np.exp2(y - ans))
+# d/dy of x % y and fmod(x, y) is minus the quotient the remainder was computed with
+# (as the kernels' table): floor_divide comes from the same divmod as remainder; fmod's
+# quotient is (x - fmod(x, y)) / y, exact up to rounding to the integer it is.  Not
+# floor(x / y): 0.5 / 0.1 rounds to 5.0, but 0.5 % 0.1 = 0.0999... says 4.
 elementwise(np.remainder, lambda g, ans, x, y: g, lambda g, ans, x, y: -g * np.floor_divide(x, y))
-elementwise(np.fmod, lambda g, ans, x, y: g, lambda g, ans, x, y: -g * np.trunc(x / y))
+elementwise(np.fmod, lambda g, ans, x, y: g, lambda g, ans, x, y: -g * np.rint((x - ans) / y))
 elementwise(np.copysign, lambda g, ans, x, y: g * np.sign(x) * np.sign(ans), None)
 
 # Piecewise constant, boolean or integer results: computed on values, never traced.

@@ -117,12 +117,14 @@ def _cumsum_rule(a, axis=None, dtype=None, out=None):
 
 
 def _var_rule(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **unsupported):
-    # Composed from traced operations: mean((a - mean(a))**2) * n / (n - ddof).
+    # Composed from traced operations: sum((a - mean(a))**2) / max(n - ddof, 0), NumPy's
+    # divisor: ddof >= n divides by 0 (inf, or nan for an empty or constant a), never by
+    # a negative count.
     _reject("var", out, dtype=dtype, **unsupported)
     shape = np.shape(a)
     count = int(np.prod([shape[i] for i in _axes(axis, len(shape))]))
     centred = a - np.mean(a, axis=axis, keepdims=True)
-    return np.sum(centred * centred, axis=axis, keepdims=keepdims) / (count - ddof)
+    return np.sum(centred * centred, axis=axis, keepdims=keepdims) / float(max(count - ddof, 0))
 
 
 def _std_rule(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **unsupported):

@@ -8,6 +8,11 @@ log1p tanh pow sin cos`` are replaced by branch-free implementations
 inline into the loop and vectorise.  ``sqrt`` is already a vector instruction.
 ``@fast_broadcast(libm=True)`` keeps libm.
 
+``math.floor``, ``ceil`` and ``trunc`` are swapped too, in every kernel (libm or not),
+for another reason: Numba's return an ``int64``, and ``floor(inf)``, ``floor(nan)``,
+``floor(1e300)`` cast to one is ``-2**63``.  Their stand-ins return the float, as
+NumPy's ``np.floor`` does, and so do their dual rules: every kernel mode agrees.
+
 How a kernel gets them: :func:`with_vector_math` gives the kernel's function a copy of
 its globals (and closure) in which the ``math`` module and those functions (also when
 imported by name, ``from math import exp``) are swapped.  Functions the kernel calls
@@ -65,6 +70,26 @@ def _vectorised_pow(x, y):
     return None
 
 
+def _float_valued_stand_in(math_fn, np_fn):
+    def stand_in(x):
+        return np_fn(x)
+
+    @overload(stand_in, jit_options=_JIT_OPTIONS)
+    def float_valued(x):
+        if isinstance(x, types.Float):
+            return lambda x: np_fn(x)
+        if _is_number(x):
+            return lambda x: np_fn(np.float64(x))
+        return None
+    return stand_in
+
+
+#: ``math`` function returning an int in Numba -> its stand-in returning the float
+#: (NumPy's function); their dual rules are the table's piecewise-constant ones.
+FLOAT_VALUED = {fn: _float_valued_stand_in(fn, np_fn)
+                for fn, np_fn in ((math.floor, np.floor), (math.ceil, np.ceil),
+                                  (math.trunc, np.trunc))}
+
 #: ``math`` function -> its vectorisable stand-in.
 STAND_INS = {fn: _unary_stand_in(fn, impl) for fn, impl in _IMPLEMENTATIONS.items()}
 #: unary stand-in -> the vmath function it calls on a float (a dual rule calls that
@@ -75,28 +100,42 @@ for _fn, _stand_in in STAND_INS.items():
     _stand_in.__name__ = _stand_in.__qualname__ = _fn.__name__
     _stand_in.__module__ = __name__
     _stand_in.__doc__ = f"``math.{_fn.__name__}``, vectorisable inside kernels."
+for _fn, _stand_in in FLOAT_VALUED.items():
+    _stand_in.__name__ = _stand_in.__qualname__ = _fn.__name__
+    _stand_in.__module__ = __name__
+    _stand_in.__doc__ = f"``math.{_fn.__name__}`` returning a float (``numpy.{_fn.__name__}``)."
+
+
+def _math_module(name, doc, stand_ins):
+    module = pytypes.ModuleType(name, doc)
+    module.__dict__.update({name: value for name, value in vars(math).items()
+                            if not name.startswith("__")})
+    module.__dict__.update({fn.__name__: stand_in for fn, stand_in in stand_ins.items()})
+    return module
+
 
 #: The ``math`` module as kernels see it.
-VECTOR_MATH = pytypes.ModuleType("dualbcast.vmath.math", "math with vectorisable functions")
-VECTOR_MATH.__dict__.update({name: value for name, value in vars(math).items()
-                             if not name.startswith("__")})
-VECTOR_MATH.__dict__.update({fn.__name__: stand_in for fn, stand_in in STAND_INS.items()})
+VECTOR_MATH = _math_module("dualbcast.vmath.math", "math with vectorisable functions",
+                           {**STAND_INS, **FLOAT_VALUED})
+#: The ``math`` module as ``libm=True`` kernels see it.
+LIBM_MATH = _math_module("dualbcast.vmath.libm_math", "math with float-valued floor & co",
+                         FLOAT_VALUED)
 
-_SWAPS = {id(math): VECTOR_MATH, **{id(fn): stand_in for fn, stand_in in STAND_INS.items()}}
+_SWAPS = {id(math): VECTOR_MATH,
+          **{id(fn): stand_in for fn, stand_in in {**STAND_INS, **FLOAT_VALUED}.items()}}
+_LIBM_SWAPS = {id(math): LIBM_MATH, **{id(fn): stand_in for fn, stand_in in FLOAT_VALUED.items()}}
 
 
-def _swapped(value):
-    return _SWAPS.get(id(value), value)
-
-
-def with_vector_math(py_func):
+def with_vector_math(py_func, *, libm=False):
     """``py_func`` with its own copy of its globals and closure in which ``math`` and
-    the vectorisable ``math`` functions are replaced (see the module docstring).  Call
+    the vectorisable ``math`` functions are replaced (see the module docstring); with
+    ``libm=True`` only ``floor``, ``ceil`` and ``trunc`` (made float-valued).  Call
     :func:`refresh_globals` before compiling it again: globals the function's module
     defined later are copied then."""
+    swaps = _LIBM_SWAPS if libm else _SWAPS
     closure = py_func.__closure__
     if closure is not None:
-        closure = tuple(_swapped_cell(cell) for cell in closure)
+        closure = tuple(_swapped_cell(cell, swaps) for cell in closure)
     rebound = pytypes.FunctionType(py_func.__code__, {}, py_func.__name__,
                                    py_func.__defaults__, closure)
     rebound.__kwdefaults__ = py_func.__kwdefaults__
@@ -104,20 +143,22 @@ def with_vector_math(py_func):
     rebound.__module__ = py_func.__module__
     rebound.__doc__ = py_func.__doc__
     rebound.__wrapped_globals__ = py_func.__globals__
+    rebound.__math_swaps__ = swaps
     refresh_globals(rebound)
     return rebound
 
 
 def refresh_globals(rebound):
     """Copy the original globals of a :func:`with_vector_math` function again."""
-    rebound.__globals__.update({name: _swapped(value)
+    swaps = rebound.__math_swaps__
+    rebound.__globals__.update({name: swaps.get(id(value), value)
                                 for name, value in rebound.__wrapped_globals__.items()})
 
 
-def _swapped_cell(cell):
+def _swapped_cell(cell, swaps):
     try:
         contents = cell.cell_contents
     except ValueError:                  # an empty cell (a name not yet bound)
         return cell
-    swapped = _swapped(contents)
+    swapped = swaps.get(id(contents), contents)
     return cell if swapped is contents else pytypes.CellType(swapped)
