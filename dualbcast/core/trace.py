@@ -90,9 +90,11 @@ def value_and_gradient(f, args, positions, out, single, forward, gradients_of=ba
     try:
         traced_args, inputs = trace_arguments(tape, args, positions, rebuild=rebuild)
         if out is not None:
-            targets = gradient_targets(out, inputs, single)
+            targets = gradient_targets(out, inputs, single, args)
+            # Handed to the rules that can write into them (a kernel's loop stores
+            # C-ordered); any other is filled at the end.
             tape.gradient_buffers = {box.slot: target for box, target in targets
-                                     if target is not None}
+                                     if target is not None and target.flags.c_contiguous}
         result = forward(tape, traced_args)
     finally:
         stop_tracing(tape)
@@ -172,8 +174,10 @@ def _check_leaf(leaf, position):
                         f"differentiated (integer and bool values never are)")
 
 
-def gradient_targets(out, inputs, single):
-    """``(leaf box, array or None)`` pairs from ``out``, checked against the leaves."""
+def gradient_targets(out, inputs, single, args=()):
+    """``(leaf box, array or None)`` pairs from ``out``, checked against the leaves,
+    each other and every array among the call's ``args``: an out array is written while
+    the arguments are still read (a kernel's loop stores gradients as it goes)."""
     structures = [tree for _, tree in inputs]
     try:
         leaves = flatten_like(out if not single else (out,), (tuple, None, tuple(structures)),
@@ -199,7 +203,27 @@ def gradient_targets(out, inputs, single):
         if np.may_share_memory(target, primal):
             raise ValueError("value_and_grad: an out array overlaps the argument it is the "
                              "gradient of")
+    given = [target for target in leaves if target is not None]
+    for k, target in enumerate(given):
+        if any(np.may_share_memory(target, other) for other in given[k + 1:]):
+            raise ValueError("value_and_grad: two out arrays overlap (each gradient needs "
+                             "its own array)")
+        for position, array in _argument_arrays(args):
+            if np.may_share_memory(target, array):
+                raise ValueError(f"value_and_grad: an out array overlaps argument {position} "
+                                 f"(it would be overwritten while it is read)")
     return list(zip(boxes, leaves))
+
+
+def _argument_arrays(args):
+    """``(position, array)`` for every array in the arguments (in their trees too)."""
+    for position, arg in enumerate(args):
+        if type(arg) is np.ndarray:
+            yield position, arg
+        elif type(arg) is not float:
+            for leaf in flatten(arg)[0]:
+                if isinstance(leaf, np.ndarray):
+                    yield position, leaf
 
 
 def scalar_output(out, f, tape):

@@ -99,7 +99,7 @@ class PreparedCall:
     def sum_and_partials(self, args, out=None):
         """``out``: None, or per gradient None or the array to write it into."""
         if out is not None:
-            out = self._check_out(out)
+            out = self._check_out(out, args)
         if self.all_stored:
             grads = [np.empty(shape, dtype) if out is None or out[j] is None else out[j]
                      for j, (_, shape, dtype, _) in enumerate(self.gradients)]
@@ -131,10 +131,11 @@ class PreparedCall:
                      for g, target in zip(grads, out)]
         return self.scalar_type(sums[0]), (grads[0] if self.single else tuple(grads))
 
-    def _check_out(self, out):
+    def _check_out(self, out, args):
         """``out`` as one entry per gradient, each None or an array to write into,
         which must be exactly what would be returned: shape, dtype, writeable (and
-        C-contiguous, so the loop can store into it)."""
+        C-contiguous, so the loop can store into it), overlapping no other out array
+        and no argument (the loop stores gradients while it reads the arguments)."""
         name = self.kernel.__name__
         if self.single:
             out = (out,)
@@ -153,6 +154,16 @@ class PreparedCall:
             if not target.flags.writeable or not target.flags.c_contiguous:
                 raise ValueError(f"{name}.sum_and_partials: out must be writeable and "
                                  f"C-contiguous")
+        given = [target for target in out if target is not None]
+        for k, target in enumerate(given):
+            if any(np.may_share_memory(target, other) for other in given[k + 1:]):
+                raise ValueError(f"{name}.sum_and_partials: two out arrays overlap (each "
+                                 f"gradient needs its own array)")
+            for position, arg in enumerate(args):
+                if isinstance(arg, np.ndarray) and np.may_share_memory(target, arg):
+                    raise ValueError(f"{name}.sum_and_partials: an out array overlaps "
+                                     f"argument {position} (it would be overwritten while "
+                                     f"it is read)")
         return tuple(out)
 
     # ------------------------------------------------------------------ running the loop
