@@ -135,7 +135,7 @@ def trace_arguments(tape, args, positions, copy_arrays=False, rebuild=True):
 
 def _new_leaf(tape, leaf, position):
     if type(leaf) is not float and (type(leaf) is not np.ndarray or leaf.dtype.kind != "f"):
-        _check_leaf(leaf, position)
+        leaf = _checked_leaf(leaf, position)
     slot = len(tape.values)
     tape.values.append(leaf)
     box = _new(Box)                 # (no __init__ frame: a fifth of a leaf)
@@ -162,7 +162,10 @@ def _new_leaves(tape, leaves, position):
     return boxes
 
 
-def _check_leaf(leaf, position):
+def _checked_leaf(leaf, position):
+    """``leaf`` as it is differentiated (an ndarray subclass, np.memmap or a user's, as
+    a plain view of its data: its gradient is a plain array, as NumPy's functions on it
+    would compute), or an error saying why it cannot be."""
     if type(leaf) is Box:
         raise NotImplementedError("dualbcast: differentiating with respect to a value that is "
                                   "already traced (nested differentiation) is not supported")
@@ -172,6 +175,9 @@ def _check_leaf(leaf, position):
         raise TypeError(f"cannot differentiate with respect to argument {position}: it holds "
                         f"a value of type {dtype}; only float scalars and float arrays are "
                         f"differentiated (integer and bool values never are)")
+    if isinstance(leaf, np.ndarray) and type(leaf) is not np.ndarray:
+        return leaf.view(np.ndarray)
+    return leaf
 
 
 def gradient_targets(out, inputs, single, args=()):

@@ -53,10 +53,18 @@ def _traced_key(arg, trees):
         trees.append(((arg,), None))
         return kind
     leaves, tree = flatten(arg)
+    if not _PLAIN_LEAVES.issuperset(map(type, leaves)):
+        # An ndarray subclass (np.memmap, a user's) is differentiated as a plain view
+        # of its data, as a trace does: keyed by its shape like any array.
+        leaves = [leaf.view(np.ndarray) if isinstance(leaf, np.ndarray) else leaf
+                  for leaf in leaves]
     trees.append((leaves, tree))
     return (_typed_keys(tree),
             tuple([(leaf.shape, leaf.dtype, leaf.strides) if type(leaf) is np.ndarray
                    else type(leaf) for leaf in leaves]))
+
+
+_PLAIN_LEAVES = frozenset({np.ndarray, float, np.float64, np.float32, np.float16})
 
 
 def _typed_keys(tree):

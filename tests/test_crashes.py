@@ -1,0 +1,76 @@
+"""Programs that once crashed the interpreter, each run in a subprocess so that a
+segfault or heap corruption fails its test instead of killing the suite."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+def _run(code, timeout=300):
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
+                          env=dict(os.environ), capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def test_a_fused_replay_over_more_than_64_chunks_with_a_nan():
+    # exact_sum kept 64 partials and wrote past them: "double free or corruption".
+    out = _run('''
+        import math
+        import numpy as np
+        import dualbcast as db
+        from dualbcast.kernel.prepared import CHUNK_ELEMENTS
+
+        db.config.parallel_threshold = 10 ** 9     # one thread: the fused path
+        k = db.fast_broadcast(lambda x, a: a * math.exp(-x * x))
+        step = db.jit(db.value_and_grad(lambda x: 2.0 * k.sum(x, 1.5) + 1.0))
+        rng = np.random.default_rng(0)
+        x = rng.uniform(-1e3, 1e3, 70 * CHUNK_ELEMENTS)
+        for call in range(6):
+            x[rng.integers(x.size)] = np.nan if call >= 3 else 0.5
+            value, grad = step(x)
+            eager = db.value_and_grad(lambda x: 2.0 * k.sum(x, 1.5) + 1.0)(x)
+            assert np.array_equal([value], [eager[0]], equal_nan=True)
+            assert np.array_equal(grad, eager[1], equal_nan=True)
+        print("ok")
+    ''')
+    assert out.strip() == "ok"
+
+
+@pytest.mark.parametrize("subclass", ["np.memmap", "Sub"])
+def test_a_replay_on_a_smaller_ndarray_subclass(subclass, tmp_path):
+    # A differentiated subclass was keyed by its type without its shape: the program of
+    # a long array replayed on 3 elements read past their end (SIGSEGV).
+    out = _run(f'''
+        import numpy as np
+        import dualbcast as db
+
+        class Sub(np.ndarray):
+            pass
+
+        def make(n):
+            if {subclass!r} == "np.memmap":
+                m = np.memmap({str(tmp_path / "data")!r} + str(n), np.float64, "w+",
+                              shape=(n,))
+                m[:] = np.linspace(0.5, 1.5, n)
+                return m
+            return np.linspace(0.5, 1.5, n).view(Sub)
+
+        k = db.fast_broadcast(lambda x, a: a * x * x)
+        f = lambda x: np.sum(np.sin(x) * x) + k.sum(x, 0.5)
+        step = db.jit(db.value_and_grad(f))
+        for n in (10 ** 6, 3, 10 ** 6, 3, 5, 3):
+            x = make(n)
+            value, grad = step(x)
+            plain = np.asarray(x).copy()
+            want = db.value_and_grad(f)(plain)
+            assert value == want[0] and type(grad) is np.ndarray
+            assert np.array_equal(grad, want[1]), n
+            assert np.allclose(grad, np.sin(plain) + plain * np.cos(plain) + plain,
+                               rtol=1e-15, atol=0)
+        print("ok")
+    ''')
+    assert out.strip() == "ok"
