@@ -745,3 +745,27 @@ def test_a_global_list_changed_in_place(reader):
             assert_same(eager(x), jitted(x))
     finally:
         GLOBAL_LIST[0] = 1.0
+
+
+def _scaled_loss(x, data):
+    return np.sum(x * data) * GLOBAL_SCALE
+
+
+def test_a_functools_partial_checks_the_wrapped_functions_globals_and_bound_arguments():
+    # db.jit(db.value_and_grad(partial(loss, data=...))): the wrapped function's
+    # globals were not checked (a rebound GLOBAL_SCALE was replayed stale).
+    global GLOBAL_SCALE
+    import functools
+    f = functools.partial(_scaled_loss, data=np.array([1.0, 2.0, 3.0]))
+    eager = db.value_and_grad(f)
+    jitted = db.jit(db.value_and_grad(f))
+    x = np.array([0.5, 1.0, 2.0])
+    try:
+        for step in range(8):
+            if step == 3:
+                GLOBAL_SCALE = 3.0
+            if step == 5:
+                f.keywords["data"] = np.array([4.0, 2.0, 3.0])
+            assert_same(eager(x), jitted(x))
+    finally:
+        GLOBAL_SCALE = 2.0

@@ -44,7 +44,10 @@ def jit(fn: Callable) -> Callable:
       integer casts): the outcome must be the trace's;
     - the globals, closure variables and default arguments ``f``'s own code names
       must be the same objects (``lambda x: loss(x, data[i])`` with ``i`` rebound
-      traces again);
+      traces again; for a ``functools.partial``, those of the function it wraps and
+      its bound arguments);
+    - a kernel called on traced values must read what it read (its globals, closure
+      variables, module attributes, helpers: see ``FastBroadcast.current_generation``);
     - argument arrays not differentiated, and every constant array or list an
       operation or a kernel used, must hold what they held;
     - an error or a floating-point warning met by a replay (an underflow too, unless

@@ -8,6 +8,7 @@ argument (numbers by their bits; arrays by shape and dtype here, and by content 
 each replay).  Arguments of other kinds (objects with state) make a call unreplayable:
 it is traced every time.
 """
+import functools
 import struct
 import types
 
@@ -135,8 +136,14 @@ _bits = struct.Struct("<d").pack        # a float's bits (hex() hides a nan's si
 def free_variables(f):
     """A function returning the objects ``f``'s own code names from outside: its
     globals (missing ones as None), its closure cells' contents and its default
-    arguments (``f.__defaults__`` may be rebound); nothing for a callable that is not a
-    Python function."""
+    arguments (``f.__defaults__`` may be rebound); for a ``functools.partial``, those
+    of the function it wraps and its bound arguments; nothing for another callable
+    that is not a Python function."""
+    if isinstance(f, functools.partial):
+        # functools.partial(loss, data=...): the wrapped function's free variables and
+        # the bound arguments (as objects, like closure variables).
+        inner = free_variables(f.func)
+        return lambda: [*inner(), f.func, *f.args, *f.keywords.values()]
     code = getattr(f, "__code__", None)
     if code is None:
         return list
