@@ -90,3 +90,22 @@ def test_lists_and_subclasses_are_planned_from_their_data(make):
     operand = plan.operands_for((arg, 1.0))[0]
     assert type(operand) is np.ndarray
     np.testing.assert_array_equal(operand.reshape(-1), a.reshape(-1))
+
+
+def test_array_likes_are_converted_and_other_array_libraries_named():
+    class OnlyArray:                    # np.asarray's protocol only: taken as NumPy does
+        def __array__(self, dtype=None, copy=None):
+            return np.arange(3.0)
+
+    class Library:                      # an array library of its own (as Dask's arrays)
+        def __array__(self, dtype=None, copy=None):
+            return np.arange(3.0)
+
+        def __array_function__(self, func, types, args, kwargs):
+            return NotImplemented
+
+    plan = plan_call("k", (OnlyArray(), 1.0))
+    assert plan.shape == (3,)
+    with pytest.raises(TypeError, match=r"k: argument 1 is a .*Library; kernels take NumPy "
+                                        r"arrays.*np.asarray"):
+        plan_call("k", (1.0, Library()))

@@ -128,3 +128,17 @@ def test_sum_rule_allocates_only_the_gradient():
 def test_kernel_in_grad_with_int_arguments_is_not_differentiated(bad):
     g = db.grad(lambda a: wave.sum(bad, a, 1.0))(0.5)
     np.testing.assert_allclose(g, np.sum(np.sin(np.asarray(bad, float)) * np.ones(np.shape(bad))))
+
+
+@pytest.mark.parametrize("method, instead", [("value_and_partials", r"sq\(\.\.\.\)"),
+                                             ("sum_and_partials", r"sq\.sum\(\.\.\.\)")])
+def test_the_forward_mode_methods_refuse_traced_values_and_name_the_call_to_use(method, instead):
+    # (The error once suggested stop_gradient, which would silently drop the gradient.)
+    @db.fast_broadcast
+    def sq(x, a):
+        return a * x * x
+
+    with pytest.raises(TypeError, match=f"{method} got a value traced.*{instead}"):
+        db.grad(lambda x: np.sum(getattr(sq, method)(x, 2.0)[0]))(np.ones(3))
+    with pytest.raises(TypeError, match=method):
+        db.grad(lambda a: np.sum(getattr(sq, method)(np.ones(3), a=a)[0]))(2.0)

@@ -96,6 +96,13 @@ def _as_numeric(kernel_name, position, value):
         arr = value
     elif isinstance(value, np.ndarray):
         arr = value.view(np.ndarray)    # a subclass (np.memmap...): its data, as NumPy's
+    elif hasattr(value, "__array_function__") or hasattr(value, "__array_ufunc__"):
+        # An array library of its own (Dask, CuPy, a JAX or PyTorch array...): converting
+        # could compute or copy it all; the caller decides.
+        kind = type(value)
+        raise TypeError(f"{kernel_name}: argument {position} is a {kind.__module__}."
+                        f"{kind.__qualname__}; kernels take NumPy arrays and scalars "
+                        f"(convert it with np.asarray, or .compute() for Dask)")
     else:
         try:
             arr = np.asarray(value)

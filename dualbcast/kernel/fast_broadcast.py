@@ -128,6 +128,8 @@ class FastBroadcast:
         """Values and the partials with respect to the ``wrt`` arguments, each at the
         broadcast shape.  ``wrt`` an int gives one partials array, a tuple a tuple."""
         args = self._bind(args, kwargs)
+        if traced(args):
+            self._refuse_traced("value_and_partials", "{}(...)")
         return self.prepare("partials", args, wrt).value_and_partials(args)
 
     def sum_and_partials(self, *args: Any, wrt: Wrt = 0, out: Any = None,
@@ -138,7 +140,16 @@ class FastBroadcast:
         ``out`` (an array, or a tuple with one array or None per ``wrt`` argument)
         receives the gradients instead of new arrays: repeated calls allocate nothing."""
         args = self._bind(args, kwargs)
+        if traced(args):
+            self._refuse_traced("sum_and_partials", "{}.sum(...)")
         return self.prepare("sum_partials", args, wrt).sum_and_partials(args, out)
+
+    def _refuse_traced(self, method, instead):
+        raise TypeError(
+            f"{self.__name__}.{method} got a value traced by grad/value_and_grad: it "
+            f"computes forward-mode partials itself and is not differentiated through. "
+            f"Inside grad call the kernel as {instead.format(self.__name__)}: "
+            f"grad takes its gradient from the same one loop")
 
     @property
     def specializations(self) -> dict:
