@@ -411,3 +411,104 @@ def test_prod_over_empty_axes(shape, axis):
 def test_where_with_one_branch_is_a_value_error_like_numpy():
     with pytest.raises(ValueError, match="both or neither"):
         db.grad(lambda x: np.sum(np.where(x > 0, x)))(np.ones(2))
+
+
+# ----------------------------------------------------------------- issue 14 regressions
+@pytest.mark.parametrize("f, name", [
+    (lambda v: np.sum(np.abs(v * (1 + 1j))), "numpy.multiply"),
+    (lambda v: np.sum(np.abs(np.exp(1j * v))), "numpy.multiply"),
+    (lambda v: np.sum(np.abs(np.dot(v, np.full(3, 1j)))), "dot"),
+    (lambda v: abs(v[0] * 1j), "numpy.multiply"),                  # a scalar
+])
+def test_an_operation_making_a_traced_value_complex_raises(f, name):
+    # The real rules on a complex value gave [0, 0, 0] for d sum|v (1 + i)| (exact:
+    # sqrt(2) sign(v)), and a nonzero gradient of |exp(i v)| = 1, with a ComplexWarning.
+    v = np.array([1.0, -2.0, 3.0])
+    with pytest.raises(TypeError, match=f"{name} made a traced value complex"):
+        db.grad(f)(v)
+
+
+def test_a_python_float_power_making_a_complex_raises():
+    # A Python float argument stays one: (-2.0) ** 0.5 is complex in Python.
+    with pytest.raises(TypeError, match="numpy.power made a traced value complex"):
+        db.grad(lambda x: abs(x ** 0.5))(-2.0)
+
+
+def test_real_programs_with_complex_constants_around_are_untouched():
+    # Complex values that never meet a traced one are no business of the rules.
+    v = np.array([1.0, -2.0, 3.0])
+    f = lambda v: np.sum(v * np.abs(np.exp(1j * np.arange(3.0))))
+    np.testing.assert_allclose(db.grad(f)(v), np.ones(3))
+
+
+@pytest.mark.parametrize("shape, ddof, axis", [((3,), 3, None), ((3,), 4, None), ((3,), 10, None),
+                                               ((0,), 1, None), ((0,), 0, None),
+                                               ((2, 3), 3, 1), ((2, 3), 2, 0), ((2, 3), 7, None)])
+@pytest.mark.parametrize("func", [np.var, np.std])
+def test_var_std_with_ddof_at_least_n_give_numpys_value(func, shape, ddof, axis):
+    # NumPy divides by max(n - ddof, 0): inf (nan for an empty array); the rule divided
+    # by n - ddof: -4.67 for ddof = n + 1, -0.0 for an empty array with ddof = 1.
+    x = np.arange(1.0, 1.0 + np.prod(shape)).reshape(shape) ** 2
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+        expected = func(x, axis=axis, ddof=ddof)
+        value, grad = db.value_and_grad(lambda a: np.sum(func(a, axis=axis, ddof=ddof)))(x)
+    np.testing.assert_array_equal(value, np.sum(expected))
+    assert grad.shape == x.shape
+    if func is np.var:
+        # d/dx of sum((x - mean)^2) / 0: not finite wherever there is an element.
+        assert not np.isfinite(grad).any()
+    else:
+        # std = sqrt(inf): sqrt's derivative at inf is 0, and a zero cotangent meeting
+        # var's infinite derivative gives 0 (the NaN-safe convention).
+        np.testing.assert_array_equal(grad, 0.0)
+
+
+@pytest.mark.parametrize("attribute", ["round", "real", "imag", "sort", "fill", "cumprod",
+                                       "conj", "choose"])
+def test_ndarray_attributes_without_a_rule_say_so(attribute):
+    def f(x):
+        getattr(x, attribute)
+        return np.sum(x)
+    with pytest.raises(NotImplementedError, match=rf"no gradient rule for the ndarray "
+                                                  rf"attribute \.{attribute}\b"):
+        db.grad(f)(np.ones(3))
+
+
+def test_attributes_that_ndarrays_lack_stay_attribute_errors():
+    def f(x):
+        assert not hasattr(x, "round")          # (a NoGradientRule is an AttributeError)
+        assert getattr(x, "_private", None) is None
+        x.no_such_attribute
+    with pytest.raises(AttributeError, match="no attribute 'no_such_attribute'") as info:
+        db.grad(f)(np.ones(3))
+    assert not isinstance(info.value, NotImplementedError)
+
+
+def test_writing_a_traced_value_into_a_numpy_array_says_what_to_do():
+    # NumPy asks the box for float(); it replaces that error by "setting an array
+    # element with a sequence" (a box has __getitem__), keeping ours as its cause.
+    def element(x):
+        buf = np.zeros(3)
+        buf[0] = x[0]
+        return np.sum(buf)
+
+    def block(x):
+        buf = np.zeros(3)
+        buf[:2] = x[:2]
+        return np.sum(buf)
+    with pytest.raises(ValueError) as info:
+        db.grad(element)(np.ones(3))
+    cause = info.value.__cause__
+    assert isinstance(cause, TypeError)
+    assert "buf[i] = x" in str(cause) and "np.stack" in str(cause)
+    with pytest.raises(TypeError, match=r"buf\[\.\.\.\] = x.*np\.stack"):
+        db.grad(block)(np.ones(3))
+
+
+def test_fmod_derivative_uses_the_quotient_of_the_remainder():
+    # fmod(0.5, 0.1) = 0.0999...: the quotient was 4 (trunc(0.5 / 0.1) is 5).
+    gx, gy = db.grad(lambda x, y: np.fmod(x, y), argnums=(0, 1))(np.float64(0.5), np.float64(0.1))
+    assert (gx, gy) == (1.0, -4.0)
+    gx, gy = db.grad(lambda x, y: np.sum(np.fmod(x, y)), argnums=(0, 1))(
+        np.array([0.5, -0.5, 7.0]), np.array([0.1, 0.1, -2.0]))
+    np.testing.assert_array_equal(gy, [-4.0, 4.0, 3.0])

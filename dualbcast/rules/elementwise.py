@@ -66,8 +66,10 @@ elementwise(np.sinh, lambda g, ans, x: g * np.cosh(x))
 elementwise(np.cosh, lambda g, ans, x: g * np.sinh(x))
 elementwise(np.tanh, lambda g, ans, x: g * (1.0 - ans * ans))
 elementwise(np.arcsinh, lambda g, ans, x: g / np.hypot(x, 1.0))
+# (two square roots, as the kernels' table: no overflow of x * x, and nan below -1
+# where the value is nan, not 1 / sqrt(-0.0) = -inf at -1)
 elementwise(np.arccosh,
-            lambda g, ans, x: nan_safe(g, np.divide(1.0, np.sqrt((x - 1.0) * (x + 1.0)))))
+            lambda g, ans, x: nan_safe(g, np.divide(1.0, np.sqrt(x - 1.0) * np.sqrt(x + 1.0))))
 elementwise(np.arctanh, lambda g, ans, x: nan_safe(g, np.divide(1.0, (1.0 - x) * (1.0 + x))))
 elementwise(np.absolute, lambda g, ans, x: g * np.sign(x))             # 0 at 0, as PyTorch
 elementwise(np.fabs, lambda g, ans, x: g * np.sign(x))
