@@ -20,7 +20,7 @@ from ..core.tape import (Tape, backward, raise_float_errors, restore_float_error
 from ..core.trace import (SEED_FOR, ArgumentPositions, gradient_like, leaf_gradients,
                           trace_value, tracing_state, value_and_gradient)
 from .program import GuardFailed, compile_program
-from .recorder import ProgramRecorder
+from .recorder import COPY_LIMIT, ProgramRecorder
 from .signature import Unreplayable, free_variables, signature
 
 
@@ -49,7 +49,9 @@ def jit(fn: Callable) -> Callable:
     - a kernel called on traced values must read what it read (its globals, closure
       variables, module attributes, helpers: see ``FastBroadcast.current_generation``);
     - argument arrays not differentiated, and every constant array or list an
-      operation or a kernel used, must hold what they held;
+      operation or a kernel used, must hold what they held (they are copied and
+      compared: a call whose non-differentiated argument arrays, or any one such
+      constant, hold more than 256 KiB is run eagerly instead, never recorded);
     - an error or a floating-point warning met by a replay (an underflow too, unless
       NumPy's settings ignore it) means tracing again (``f`` may catch it, or warn
       as NumPy's settings say); a program that caught an error, printed a traced
@@ -269,6 +271,10 @@ class Call:
     def trace(self, args, kwargs, positions, out, single):
         """The value and gradient, traced; the trace's program kept for replays."""
         entry, f = self.entry, self.programs.f
+        if entry.wanted and sum(a.nbytes for a in self.arrays) > COPY_LIMIT:
+            # Arguments this large would be copied and compared on every replay (a
+            # 400 MB one: 400 MB and ~0.1 s a call): more than replaying saves.
+            entry.replayable = False
         if not entry.wanted:
             entry.traces += 1
             return value_and_gradient(f, args, positions, out, single, trace_value(f, kwargs))

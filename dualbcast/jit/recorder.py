@@ -19,8 +19,10 @@ class Slot:
 
 
 # A constant array above this size that a record does not copy anyway makes the program
-# unreplayable rather than copied: no copy the size of the work.
-COPY_LIMIT = 1 << 20
+# unreplayable rather than copied: no copy the size of the work.  So do non-differentiated
+# argument arrays above it in all (jitted.py).  Comparing 256 KiB costs ~10-15 us a
+# replay on this machine (~50 us per MiB), about what replaying saves on a small program.
+COPY_LIMIT = 1 << 18
 
 
 class ProgramRecorder(Recorder):
