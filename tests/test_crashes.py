@@ -74,3 +74,40 @@ def test_a_replay_on_a_smaller_ndarray_subclass(subclass, tmp_path):
         print("ok")
     ''')
     assert out.strip() == "ok"
+
+
+def test_soak_ten_thousand_calls_with_changing_shapes_keep_memory_bounded():
+    # Each kernel signature's plan once held its first call's arrays (up to 256 per
+    # kernel and mode): a loop whose length changes each step grew by ~7 MB a step.
+    out = _run('''
+        import math, os
+        import numpy as np
+        import dualbcast as db
+
+        def rss_mb():
+            with open("/proc/self/statm") as statm:
+                return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+        k = db.fast_broadcast(lambda x, a: a * math.exp(-x * x))
+        data = np.linspace(0.0, 1.0, 1000)              # constant data, every call
+        loss = lambda x, data: k.sum(x, 1.5) + np.sum(k(x, 2.0) * data[:x.size])
+        eager = db.value_and_grad(loss)
+        jitted = db.jit(db.value_and_grad(loss))
+        rng = np.random.default_rng(0)
+        for call in range(10000):
+            if call == 1000:
+                start = rss_mb()
+            n = 100 + (call * 37) % 900
+            x = rng.uniform(-1.0, 1.0, n) * (1 + 1e3 * (call % 2))
+            s, g = k.sum_and_partials(x, 1.5)
+            v, gx = (jitted if call % 3 else eager)(x, data)
+            assert np.isfinite(s) and g.shape == gx.shape == (n,)
+        small = rss_mb() - start
+        start = rss_mb()
+        for call in range(60):                          # 8 MB arrays, a new length each
+            x = rng.uniform(-1.0, 1.0, 10 ** 6 + call)
+            k(x, 2.0), k.sum_and_partials(x, 1.5), eager(x, x[::-1].copy())
+        print(round(small, 1), round(rss_mb() - start, 1))
+    ''', timeout=600)
+    small, large = map(float, out.split())
+    assert small < 40.0 and large < 100.0, (small, large)
