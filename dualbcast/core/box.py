@@ -388,17 +388,6 @@ class Box:
     dtype = property(lambda self: np.result_type(self.value))
     T = property(lambda self: call_function(np.transpose, (self,), {}))
 
-    def __getattr__(self, name):
-        # Reached only when normal lookup fails (no cost to the attributes above).
-        # Private and special names stay plain AttributeErrors: NumPy probes
-        # __array_interface__ & co on any object.
-        if not name.startswith("_") and hasattr(np.ndarray, name):
-            raise NoGradientRule(f"dualbcast has no gradient rule for the ndarray attribute "
-                                 f".{name} (used on a traced value); use a NumPy function "
-                                 f"that has one, or dualbcast.stop_gradient(x).{name} for "
-                                 f"a constant")
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
     def __len__(self):
         return len(self.value)
 
@@ -471,3 +460,19 @@ class Box:
 
     def astype(self, dtype, **kwargs):
         return call_function(np.ndarray.astype, (self, dtype), kwargs)
+
+
+def _without_rule(name):
+    def attribute(self):
+        raise NoGradientRule(f"dualbcast has no gradient rule for the ndarray attribute "
+                             f".{name} (used on a traced value); use a NumPy function that "
+                             f"has one, or dualbcast.stop_gradient(x).{name} for a constant")
+    return property(attribute)
+
+
+# The public ndarray attributes a box lacks (x.round, x.real, x.sort) say that they have
+# no rule, rather than "'Box' object has no attribute".  Class attributes, not a
+# __getattr__: that would slow every attribute access of the operators' hot path.
+for _name in dir(np.ndarray):
+    if not _name.startswith("_") and not hasattr(Box, _name):
+        setattr(Box, _name, _without_rule(_name))
