@@ -4,12 +4,14 @@ import tempfile
 import numpy as np
 from hypothesis import settings
 
+from profiles import examples
+
 # Compiled loops are cached on disk: the suite uses a fresh cache of its own (so every
 # run compiles, and the user's cache is left alone).
 os.environ["DUALBCAST_CACHE_DIR"] = tempfile.mkdtemp(prefix="dualbcast-test-cache-")
 
 # Kernels compile on first use; a compile must not count against a deadline.
-settings.register_profile("dualbcast", deadline=None, max_examples=40)
+settings.register_profile("dualbcast", deadline=None, max_examples=examples(40))
 settings.load_profile("dualbcast")
 
 

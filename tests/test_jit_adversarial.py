@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dualbcast as db
+from profiles import examples
 from replays import programs_of
 
 
@@ -278,7 +279,7 @@ def array_program(ops, finish):
 ARGNUMS = st.sampled_from([0, 1, (0, 1), (1, 0)])
 
 
-@settings(max_examples=50, deadline=None,
+@settings(max_examples=examples(50), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(ops=st.lists(ARRAY_OPS, min_size=1, max_size=6),
        finish=st.sampled_from(["sum", "mean", "square"]),
@@ -338,7 +339,7 @@ def scalar_calls(draw):
     return calls
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=examples(40), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(ops=st.lists(SCALAR_OPS, min_size=1, max_size=5), argnums=ARGNUMS,
        calls=scalar_calls())
@@ -355,7 +356,7 @@ def test_the_scalar_programs_do_reach_the_fused_function():
     assert program.fusion is not None and program.fusion.function is not None
 
 
-@settings(max_examples=30, deadline=None,
+@settings(max_examples=examples(30), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(signs=st.lists(st.sampled_from(["+", "-", "*", "/"]), min_size=1, max_size=8),
        values=st.lists(st.lists(element, min_size=9, max_size=9), min_size=2, max_size=4),
@@ -803,3 +804,61 @@ def _entries(jitted):
     cells = [c.cell_contents for c in jitted.__closure__]
     programs = next(c for c in cells if type(c).__name__ == "Programs")
     return programs.entries.values()
+
+
+# ------------------------------------------- layouts, subclasses, many chunks, out=
+
+class _Sub(np.ndarray):
+    pass
+
+
+LONG = 3 * 4096 + 5         # more than two of a kernel loop's chunks (CHUNK_ELEMENTS)
+
+
+@st.composite
+def long_call_sequences(draw):
+    """4 calls on arrays of several kernel chunks, each a plain array, a reversed view
+    or an ndarray subclass, with 0 to 3 specials (nan, +-inf, huge) in any chunks."""
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    layout = draw(st.sampled_from(["plain", "reversed", "subclass"]))
+    calls = []
+    for _ in range(4):
+        x = rng.uniform(-2.0, 2.0, LONG)
+        for _ in range(draw(st.integers(0, 3))):
+            x[draw(st.integers(0, LONG - 1))] = draw(st.sampled_from(
+                [math.nan, math.inf, -math.inf, 1e300, -0.0]))
+        if layout == "reversed":
+            x = x[::-1]
+        elif layout == "subclass":
+            x = x.view(_Sub)
+        calls.append((x, _scalar(draw(st.sampled_from(SCALAR_KINDS[:2])), draw(ordinary))))
+    return calls
+
+
+@settings(max_examples=examples(15), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(ops=st.lists(ARRAY_OPS, min_size=1, max_size=4),
+       finish=st.sampled_from(["sum", "square"]), argnums=ARGNUMS,
+       calls=long_call_sequences())
+def test_random_programs_over_layouts_subclasses_and_specials_in_many_chunks(
+        ops, finish, argnums, calls):
+    compare_calls(array_program(tuple(ops), finish), calls, argnums)
+
+
+OUT_CHOICES = ["none", "fresh", "x", "x view", "a", "shared"]
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(choice=st.sampled_from(OUT_CHOICES), argnums=st.sampled_from([0, (0, 1)]),
+       calls=st.integers(2, 4))
+def test_out_buffers_aliasing_or_not_agree_with_eager(choice, argnums, calls):
+    # Aliasing out= is refused (before any work) the same way eagerly and under jit;
+    # otherwise the same bits land in the same arrays.
+    x, a = np.linspace(0.5, 1.5, 6), np.linspace(-1.0, 1.0, 6)
+    f = lambda x, a: kexp.sum(x, a) + np.sum(x * a)
+    shared = np.empty(6)
+    pick = {"none": None, "fresh": np.empty(6), "x": x, "x view": x[::-1], "a": a,
+            "shared": shared}
+    out = pick[choice] if argnums == 0 else (
+        (shared, shared) if choice == "shared" else (pick[choice], np.empty(6)))
+    compare_calls(f, [(x, a)] * calls, argnums, out=out)
