@@ -169,3 +169,36 @@ def test_checking_costs_one_identity_test_per_name():
     k = namespace["k"]
     k(X)
     assert len(k.dependencies._watched) == 1 and not k.dependencies._arrays
+
+
+def test_a_helper_is_compiled_again_only_when_a_name_it_reads_changed():
+    namespace = {"numba": numba, "db": db, "OFFSET": 1.0}
+    exec("@numba.njit\ndef helper(x):\n    return x + OFFSET\n"
+         "@db.fast_broadcast\ndef k1(x):\n    return helper(x)\n"
+         "@db.fast_broadcast\ndef k2(x):\n    return 2.0 * helper(x)", namespace)
+    helper = namespace["helper"]
+    helper(1.0)
+    namespace["k1"](X)                  # met with compiled code: compiled again, once
+    compiled = helper.overloads[helper.signatures[0]]
+    namespace["k2"](X)
+    assert helper.overloads[helper.signatures[0]] is compiled
+    namespace["OFFSET"] = 2.0
+    np.testing.assert_array_equal(namespace["k2"](X), 2.0 * (X + 2.0))
+    assert helper.overloads[helper.signatures[0]] is not compiled
+    np.testing.assert_array_equal(namespace["k1"](X), X + 2.0)
+
+
+def test_a_large_global_table_is_compared_without_a_copy_per_call():
+    import tracemalloc
+    namespace = {"db": db, "TABLE": np.linspace(0.0, 1.0, 1 << 15)}
+    exec("@db.fast_broadcast\ndef k(x):\n    return TABLE[3] * x", namespace)
+    k, table = namespace["k"], namespace["TABLE"]
+    k(X)
+    tracemalloc.start()
+    try:
+        k(X)
+        assert tracemalloc.get_traced_memory()[1] < table.nbytes / 2
+    finally:
+        tracemalloc.stop()
+    table[3] = np.nan
+    assert np.isnan(k(X)).all()

@@ -26,6 +26,7 @@ import builtins
 import dis
 import hashlib
 import types
+import weakref
 
 import numpy as np
 
@@ -90,6 +91,23 @@ class Dependencies:
             self._arrays.append((get, key, value.copy()))
         else:
             self._watched.append((get, key, value))
+
+
+# numba.njit helpers kernels call -> their Dependencies when last compiled here.
+_HELPERS = weakref.WeakKeyDictionary()
+
+
+def refresh_helper(helper):
+    """Make a ``numba.njit`` helper's compiled code current: Numba froze its globals
+    when it compiled it (a user's call from Python, or for a kernel before a global
+    changed), so it is compiled again — once when first met with compiled code (its
+    values then are unknown), then whenever a name it reads changed."""
+    dependencies = _HELPERS.get(helper)
+    if dependencies is not None and dependencies.unchanged():
+        return
+    if helper.signatures:
+        helper.recompile()
+    _HELPERS[helper] = Dependencies(helper.py_func)
 
 
 class _Walk:
@@ -244,5 +262,15 @@ def _equal_value(a, b):
 
 
 def _same_array(array, copy):
-    return (type(array) is np.ndarray and array.shape == copy.shape
-            and array.dtype == copy.dtype and array.tobytes() == copy.tobytes())
+    if type(array) is not np.ndarray or array.shape != copy.shape \
+            or array.dtype != copy.dtype:
+        return False
+    # Bytes compared (a nan equals itself), a block at a time: no copy of a large
+    # table per call.
+    flat, kept = array.reshape(-1), copy.reshape(-1)
+    block = max(1, _BLOCK_BYTES // max(array.itemsize, 1))
+    return all(flat[i:i + block].tobytes() == kept[i:i + block].tobytes()
+               for i in range(0, flat.size, block))
+
+
+_BLOCK_BYTES = 1 << 14

@@ -16,7 +16,7 @@ from ..dual import DualType
 from ..vmath import with_vector_math
 from .arguments import plan_call, signature_key
 from .cache import kernel_fingerprint
-from .dependencies import Dependencies
+from .dependencies import Dependencies, refresh_helper
 from .loops import ACCUMULATE, REGISTER, STORE, LoopSpec, compile_loop
 from .prepared import PreparedCall
 from ..positions import argument_positions
@@ -82,10 +82,7 @@ class FastBroadcast:
         for kernel in dependencies.kernels:
             kernel.current_generation()         # a kernel it calls, compiled afresh first
         for helper in dependencies.dispatchers:
-            # Numba froze the helper's globals when it compiled it (a user's call from
-            # Python, an earlier generation): compiled again with today's values.
-            if helper.signatures:
-                helper.recompile()
+            refresh_helper(helper)
         fingerprint = kernel_fingerprint(dependencies, {**self._jit_options, "libm": self.libm})
         self._cache_key = None
         if fingerprint is not None:
