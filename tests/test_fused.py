@@ -2,6 +2,7 @@
 arithmetic compiled into one Numba function gives the bits a trace gives — value,
 gradients, their types — on every call, and hands back to the replay whatever it does
 not cover (non-finite values, errors, guards, large or float32 loops)."""
+import ast
 import math
 import warnings
 
@@ -12,6 +13,7 @@ import pytest
 
 import dualbcast as db
 from dualbcast.jit import program as replay
+from dualbcast.jit import fusion
 from dualbcast.jit.fusion import exact_sum
 from replays import programs_of
 
@@ -312,3 +314,157 @@ def test_fused_results_match_central_differences():
         e[i] = h
         np.testing.assert_allclose(gx[i], (f(x + e, c) - f(x - e, c)) / (2 * h), rtol=1e-6)
     np.testing.assert_allclose(gc, (f(x, c + h) - f(x, c - h)) / (2 * h), rtol=1e-6)
+
+
+# ---------------------------------------------------------------- compile size and cap
+# (issue 14, item 12: Numba's compile of the fused function grew as the square of the
+# program, in time and memory; what keeps it linear is checked here as exact
+# behaviour, its seconds by asv_bench/benchmarks/bench_fusion.py)
+
+
+def records_program(n, kernels=1):
+    """A program of exactly ``n`` records: ``kernels`` kernel sums of x (n >= 2 *
+    kernels - 1), the rest scalar products and sums."""
+    def f(x):
+        p = rho.sum(x)
+        count = 1
+        for i in range(1, kernels):
+            p = p + scaled_wave.sum(x, 1.0 + i, 0.5)
+            count += 2
+        s = p
+        for i in range(n - count):
+            p = p * 0.75 if i % 2 == 0 else p + s
+        return p
+    return f
+
+
+def _records(vg):
+    program = _program(vg)
+    return program.slots - program.leaves
+
+
+def _fused_body(source):
+    [fused] = [node for node in ast.parse(source).body
+               if type(node) is ast.FunctionDef and node.name == "fused"]
+    return fused
+
+
+def test_the_fused_function_is_straight_line_code_with_each_name_assigned_once(fused_runs):
+    """No branch, no loop, no name assigned twice in the function Numba compiles (the
+    helpers it calls hold those): what keeps Numba's passes linear in its length."""
+    def f(x, y, a):
+        s = scaled_wave.sum(x, a, y)            # a register gradient, two stored ones
+        t = rho.sum(x)                          # x in a second sum
+        u = 0.0 * (scaled_wave.sum(y, 1.0, 2.0) * 3.0)   # a sum no cotangent reaches
+        return -s / t + s ** 3.0 - (a - t) * s + u
+    argsets = [(RNG.uniform(0, 1, 30), RNG.uniform(0, 1, 30), RNG.uniform(0.5, 1.5))
+               for _ in range(5)]
+    vg = _agree(f, argsets, argnums=(0, 1, 2))
+    assert len(fused_runs) == 3
+    fused = _program(vg).fusion
+    body = _fused_body(fused.source)
+    assigned = []
+    for statement in body.body:
+        assert type(statement) in (ast.Assign, ast.Expr, ast.Return), ast.unparse(statement)
+        for node in ast.walk(statement):
+            assert type(node) not in (ast.IfExp, ast.BoolOp, ast.Lambda, ast.ListComp), \
+                ast.unparse(statement)
+        if type(statement) is ast.Assign:
+            for target in statement.targets:
+                assigned += [name.id for name in ast.walk(target) if type(name) is ast.Name]
+    assert len(assigned) == len(set(assigned))
+    # and Numba sees one block: its IR before any pass
+    from numba.core.compiler import run_frontend
+    assert len(run_frontend(fused.function.py_func).blocks) == 1
+
+
+def test_the_fused_source_grows_linearly_with_the_records():
+    lines = {}
+    for n in (10, 20, 40, 80):
+        vg = db.jit(db.value_and_grad(records_program(n, kernels=n // 5)))
+        x = RNG.uniform(0, 1, 16)
+        vg(x), vg(x)                                    # recorded, then planned
+        assert _records(vg) == n
+        lines[n] = _program(vg).fusion.source.count("\n")
+    assert lines[80] - lines[40] == 2 * (lines[40] - lines[20]) == 4 * (lines[20] - lines[10])
+
+
+def test_parameters_do_not_grow_with_the_kernel_sums():
+    """One parameter per leaf and shared constant, however many loops read them (the
+    function's Python wrapper unboxes each parameter and, on failure, releases all
+    those before it: code as the square of their number)."""
+    params = {}
+    for kernels in (2, 8):
+        vg = db.jit(db.value_and_grad(records_program(4 * kernels, kernels=kernels)))
+        x = RNG.uniform(0, 1, 16)
+        vg(x), vg(x)
+        params[kernels] = _fused_body(_program(vg).fusion.source).args.args
+    assert len(params[2]) == len(params[8]) == 3     # x, its cotangent, the other buffers
+
+
+def test_a_program_at_the_cap_fuses_and_one_above_it_is_replayed_unfused(fused_runs):
+    cap = replay.Program.FUSE_UP_TO
+    argsets = [(RNG.uniform(0, 1, 16),) for _ in range(4)]
+    vg = _agree(records_program(cap + 1, kernels=4), argsets)
+    assert _records(vg) == cap + 1
+    assert _program(vg).fusion is None and fused_runs == []
+    assert _program(vg).generated is not None           # replayed as generated code
+    vg = _agree(records_program(cap, kernels=4), argsets)
+    assert _records(vg) == cap
+    assert _program(vg).fusion.function is not None and len(fused_runs) == 2
+
+
+def test_the_cap_holds_the_source_within_its_bound():
+    """FUSE_UP_TO records of the longest kinds of record stay within MAX_STATEMENTS
+    lines, the bound on the compile's time and memory."""
+    cap = replay.Program.FUSE_UP_TO
+
+    def divisions(xs):
+        total = xs[0]
+        for x in xs[1:]:
+            total = -(total / x)
+        return total
+    def differences(xs):
+        total = xs[0]
+        for x in xs[1:]:
+            total = total - x
+        return total
+    cases = [(records_program(cap, kernels=cap // 2), (RNG.uniform(0, 1, 16),)),
+             (records_program(cap), (RNG.uniform(0, 1, 16),)),
+             (divisions, (tuple(RNG.uniform(1, 2, cap // 2 + 1)),)),
+             (differences, (tuple(RNG.uniform(1, 2, cap + 1)),))]
+    for f, args in cases:
+        vg = db.jit(db.value_and_grad(f))
+        vg(*args), vg(*args)
+        assert _records(vg) <= cap
+        assert 0.5 * fusion.MAX_STATEMENTS < _program(vg).fusion.source.count("\n") \
+            <= fusion.MAX_STATEMENTS
+
+
+def test_a_function_longer_than_the_bound_is_not_fused_and_still_right(monkeypatch, fused_runs):
+    monkeypatch.setattr(fusion, "MAX_STATEMENTS", 60)
+    argsets = [(RNG.uniform(0, 1, 16),) for _ in range(4)]
+    vg = _agree(records_program(12), argsets)
+    assert _program(vg).fusion is None and fused_runs == []
+    vg = _agree(records_program(3), argsets)
+    assert _program(vg).fusion.function is not None and len(fused_runs) == 2
+
+
+def test_a_leaf_whose_last_sum_no_cotangent_reaches_gets_the_others_copied(fused_runs):
+    """x's cotangent is added up in the buffer of the last sum of x, which the backward
+    pass meets first; where no cotangent reaches that sum the next one is copied in."""
+    def f(x, a):
+        p = rho.sum(x)
+        q = scaled_wave.sum(x, a, 2.0)
+        dead = 0.0 * (scaled_wave.sum(x, 1.0, 3.0) * 3.0)
+        return p * p + a * q + dead
+    argsets = [(RNG.uniform(0, 1, 20), RNG.uniform(0.5, 1.5)) for _ in range(5)]
+    argsets[-1][0][3] = -0.0
+    _agree(f, argsets, argnums=(0, 1))
+    assert len(fused_runs) == 3
+
+    def g(x, y):                        # and a leaf no cotangent reaches at all
+        return rho.sum(y) * 2.0 + 0.0 * (rho.sum(x) * 3.0)
+    _agree(g, [(RNG.uniform(0, 1, 8), RNG.uniform(0, 1, 8)) for _ in range(4)],
+           argnums=(0, 1))
+    assert len(fused_runs) == 5

@@ -16,9 +16,11 @@ under a microsecond.  A program made only of
   constant) on float64;
 - no guards (no control flow on traced values), a float64 scalar output,
 
-is written out as one function: each sum's loop (the kernel's own compiled loop), the
-scalar forward pass, and the backward pass with every cotangent in a local variable.
-Python is left with the operands, the gradient arrays and one call (~2 µs).
+is written out as one function: each sum's loop (the kernel's own compiled loop,
+called), the scalar forward pass, and the backward pass with every cotangent in a
+local variable.  Python is left with the operands, the gradient arrays and one call
+(~2 µs).  The function is straight-line code, every name assigned once, so that
+Numba compiles it in time and memory linear in its length (see ``_where`` below).
 
 Exactly the replay's bits: the same IEEE operations in the same order (no fast-math;
 the chunks' partial sums added up correctly rounded, as ``math.fsum`` does);
@@ -29,12 +31,14 @@ a non-finite element of a scaled gradient, hands the call back to the generated
 replay, which meets the warning as a trace would.
 
 Compiling costs about a second, so a program is fused only after
-:attr:`Program.FUSE_AFTER <.program.Program>` replays, and the function is
+:attr:`Program.FUSE_AFTER <.program.Program>` replays, and only up to
+:attr:`Program.FUSE_UP_TO <.program.Program>` records and :data:`MAX_STATEMENTS`
+lines of source (which bound the compile's time and memory); the function is
 cached on disk next to the kernels' loops (its file is named by a hash of its source,
 which names the loops' files, which are named by the kernels' fingerprints).
 """
+import ast
 import hashlib
-import operator
 
 import numba
 import numpy as np
@@ -53,6 +57,14 @@ from ..rules.fast import SUM_COTANGENT_FORM, kernel_sum_loop
 _FLOAT64 = np.dtype(np.float64)
 _SCALARS = (float, np.float64)
 _CONSTANTS = (float, int, np.float64)
+
+# The longest fused function written, in lines of its source (about one statement
+# each): the bound on the compile's time and memory, whatever the records (Numba's
+# compile cannot be limited in its own process: its size is).  Program.FUSE_UP_TO
+# records of the longest kind (scalar leaves folded: 11 lines a record) stay within it.
+# Measured (2 cores, Xeon): the compile's peak RSS grows by ~0.07 MB a line at most,
+# so by less than ~100 MB at this bound, in ~2.5 s.
+MAX_STATEMENTS = 1200
 
 
 @intrinsic
@@ -119,9 +131,88 @@ def exact_sum(values):
     return hi
 
 
+# The fused function is straight-line code: one basic block, every name assigned once.
+# Numba's passes before type inference (SSA reconstruction, liveness, dead-code
+# analysis) cost, for each name assigned more than once, a walk over every block, and
+# per block a set of every live name: written with branches (an ``if`` per record for
+# a cotangent that may not reach it) and one ``bad``, ``ct``, ``g<slot>`` reassigned
+# per record, the compile took time and memory growing as the square of the program
+# (a degree-80 Horner polynomial, 161 records: 16 s, 640 MB).  So each choice a
+# record's backward pass makes is a call of one of these small functions (inlined by
+# LLVM, not by Numba: Numba sees one statement), each loop is inside one, and every
+# value has a name of its own.
+
+@numba.njit(error_model="numpy", cache=True)
+def _where(condition, x, y):
+    """``x if condition else y``; both already computed (pure float expressions:
+    evaluating the branch not taken changes nothing)."""
+    return x if condition else y
+
+
+@numba.njit(error_model="numpy", cache=True)
+def _add_to(live, reached, g, ct, bad):
+    """``(g, reached, bad)`` once ``ct`` is added to a scalar's cotangent ``g`` where
+    ``live`` (the first is kept as it is: None + ct is ct, where 0.0 + -0.0 would not
+    be -0.0), and the sum checked: ``bad`` is nan once one is not finite (nor then is
+    the sum, ``g`` being finite)."""
+    if live:
+        total = g + ct if reached else ct
+        return total, True, bad + total * 0.0
+    return g, reached, bad
+
+
+@numba.njit(error_model="numpy", cache=True)
+def _nan_safe(ct, g):
+    """A vjp's cotangent, 0 where the cotangent ``g`` it came from is 0 (NaN-safe as
+    the vjps are)."""
+    return 0.0 if ct != ct and g == 0.0 else ct
+
+
+# A stored gradient's cotangent, where ``live``: the gradient scaled in place by its
+# sum's cotangent ``g`` (the sum rule's vjp, from its form beside the rule,
+# SUM_COTANGENT_FORM; a cotangent of 1 leaves it as it is), then added into its leaf's
+# cotangent so far, ``total``, if one had ``reached`` it, else copied there: ``total``
+# is one of the leaf's buffers, the one whose cotangent the backward pass meets first,
+# and that one is scaled in place by ``_first_gradient``.  (The replay keeps the
+# first cotangent that reaches a leaf and adds the others into it: the same bits.)
+# ``bad`` nan once an element is not finite.  Written into the fused module's source
+# (compiled with it, from the form).
+_GRADIENT_SOURCE = f"""
+def _scaled(gradient, g):
+    check = 0.0
+    if g != 1.0:
+        for i in range(gradient.size):
+            scaled = {SUM_COTANGENT_FORM.format(x="gradient[i]", g="g")}
+            gradient[i] = scaled
+            check += scaled * 0.0
+    return check
+
+def _first_gradient(live, gradient, g, bad):
+    if not live:
+        return False, bad
+    return True, bad + _scaled(gradient, g)
+
+def _add_gradient(live, reached, total, gradient, g, bad):
+    if not live:
+        return reached, bad
+    check = _scaled(gradient, g)
+    if reached:
+        for i in range(total.size):
+            added = total[i] + gradient[i]
+            total[i] = added
+            check += added * 0.0
+    else:
+        for i in range(total.size):     # (a loop: total[:] = ... compiles for seconds)
+            total[i] = gradient[i]
+    return True, bad + check
+
+"""
+
+
 def plan_fusion(records, values, leaves, output, guards):
     """A :class:`Fusion` of the program (its records as one run made them, with that
-    run's ``values``), or None if it is not of the kind described above."""
+    run's ``values``), or None if it is not of the kind described above, or its
+    function would be longer than :data:`MAX_STATEMENTS`."""
     if guards or output is None or type(values[output]) not in _SCALARS:
         return None
     try:
@@ -144,13 +235,20 @@ class _Writer:
 
     def __init__(self, records, values, leaves, output):
         self.values, self.leaves, self.output = values, leaves, output
-        self.namespace = {"pow": _libm_pow,
-                          "_exact_sum": exact_sum}
+        self.namespace = {"pow": _libm_pow, "_exact_sum": exact_sum, "_where": _where,
+                          "_add_to": _add_to, "_nan_safe": _nan_safe}
         self.params = []                # the fused function's parameters
-        self.forward, self.backward = [], []
-        self.kernels = []               # per kernel sum: (inputs, prepared, stored shapes)
-        self.array_gradients = {}       # array leaf slot -> its STORE buffers' parameters
-        self.buffer_count = 0           # STORE buffers so far (their order: the call's)
+        self.forward = []
+        self.backward = []              # per record: a function writing its backward pass
+        self.kernels = []               # per kernel sum: its SumLoop
+        self.shared = {}                # id -> (parameter, constant) passed as it is
+        self.operand_params = []        # operands computed per call, and per kernel:
+        self.transformed = []           # (inputs, its SumLoop, their positions)
+        self.array_gradients = {}       # array leaf slot -> its STORE buffers (name, shape)
+        self.stores = False             # whether a gradient is ever stored
+        self.names = 0                  # fresh names so far
+        self.bad = "0.0"                # the name of the finiteness check so far
+        self.arrays = set()             # the totals and scratch arrays allocated
         for leaf in range(leaves):
             value = values[leaf]
             if type(value) is np.ndarray:
@@ -167,41 +265,83 @@ class _Writer:
                 self._scalar(record)
 
     def fusion(self):
-        # Every value that must be finite adds ``value * 0.0`` to ``bad``: nan once
-        # one is not.  (One check at the end: a return per check, each building the
-        # whole result tuple, made Numba's compile time grow as the square of the
-        # program's length, ~50 s for a 32-term fold.)
-        lines = [f"def fused({', '.join(self.params)}):", "    bad = 0.0"]
-        for line in self.forward:
-            lines.append("    " + line)
-        # Cotangents: g<slot> and whether one reached the slot yet, h<slot> (a slot no
-        # cotangent reaches gets None in the replay: here zeros).
-        scalar_slots = [slot for slot in range(len(self.values))
-                        if type(self.values[slot]) is not np.ndarray]
-        lines += [f"    g{slot} = 0.0; h{slot} = False" for slot in scalar_slots]
-        lines.append(f"    g{self.output} = 1.0; h{self.output} = True")
-        # An array's cotangent: a<slot> whether one reached it, c<slot> the buffer
-        # holding it (the first that reached it: later ones are added into it, as the
-        # replay adds them up), w<slot> that buffer's number.
-        lines += [f"    a{slot} = False; c{slot} = {buffers[0][0]}; w{slot} = 0.0"
-                  for slot, buffers in self.array_gradients.items()]
-        for line in reversed(self.backward):        # record by record, last first
-            for text in line:
-                lines.append("    " + text)
-        failed = "(False, 0.0" + ", False, 0.0" * self.leaves + ")"
-        lines.append(f"    if bad != 0.0: return {failed}")
-        result = [f"v{self.output}"]
+        # Parameters: the scalar leaves, the array leaves and constants the loops take
+        # as they are, the operands computed per call, then per array leaf with stored
+        # gradients its cotangent's buffer (the one the backward pass meets first: its
+        # last), and per size one 2-d block whose rows are the other buffers.
+        array_leaves = [leaf for leaf in range(self.leaves)
+                        if type(self.values[leaf]) is np.ndarray]
+        accumulators = [(slot, buffers[-1]) for slot, buffers in self.array_gradients.items()]
+        blocks, rows = {}, []
+        for slot, buffers in self.array_gradients.items():
+            for name, shape in buffers[:-1]:
+                size = int(np.prod(shape))
+                rows.append(f"{name} = B{size}[{blocks.get(size, 0)}]")
+                blocks[size] = blocks.get(size, 0) + 1
+        params = (self.params + [f"x{leaf}" for leaf in array_leaves]
+                  + [name for name, _ in self.shared.values()] + self.operand_params
+                  + [name for _, (name, _) in accumulators] + [f"B{size}" for size in blocks])
+        lines = [f"def fused({', '.join(params)}):"]
+        lines += ["    " + line for line in rows + self.forward]
+        # The backward pass, record by record, last first.  A scalar slot's cotangent
+        # so far is self.g[slot] and whether one reached it yet self.h[slot] (a slot
+        # no cotangent reaches gets None in the replay: here its cotangent is 0.0 and
+        # reached False).
+        self.g = {slot: "0.0" for slot in range(len(self.values))
+                  if type(self.values[slot]) is not np.ndarray}
+        self.h = dict.fromkeys(self.g, "False")
+        self.g[self.output], self.h[self.output] = "1.0", "True"
+        # An array's cotangent: self.a[slot] whether one reached it yet, added up in
+        # self.c[slot], the buffer the backward pass meets first (its last).
+        self.a = dict.fromkeys(self.array_gradients, "False")
+        self.c = {slot: buffers[-1][0] for slot, buffers in self.array_gradients.items()}
+        self.lines = []
+        for write in reversed(self.backward):
+            write()
+        lines += ["    " + line for line in self.lines]
+        result = [f"{self.bad} == 0.0", f"v{self.output}"]
         for leaf in range(self.leaves):
             if leaf in self.array_gradients:
-                result.append(f"a{leaf}, w{leaf}")
+                result.append(f"{self.a[leaf]}, 0.0")
             elif type(self.values[leaf]) is np.ndarray:
                 result.append("False, 0.0")        # an array nothing differentiated
             else:
-                result.append(f"h{leaf}, g{leaf}")
-        lines.append(f"    return (True, {', '.join(result)})")
-        scalar_leaves = [slot for slot in scalar_slots if slot < self.leaves]
-        return Fusion("\n".join(lines) + "\n", self.namespace, self.kernels, self.leaves,
-                      scalar_leaves, type(self.values[self.output]))
+                result.append(f"{self.h[leaf]}, {self.g[leaf]}")
+        lines.append(f"    return ({', '.join(result)})")
+        _require(len(lines) <= MAX_STATEMENTS)
+        source = "\n".join(lines) + "\n"
+        if self.stores:
+            source = _GRADIENT_SOURCE + source
+        scalar_leaves = [slot for slot in self.g if slot < self.leaves]
+        return Fusion(source, self.namespace, self.kernels, self.leaves, scalar_leaves,
+                      array_leaves, [value for _, value in self.shared.values()],
+                      self.transformed, [(slot, shape) for slot, (_, shape) in accumulators],
+                      [(count, size) for size, count in blocks.items()],
+                      type(self.values[self.output]))
+
+    # ------------------------------------------------------------------ writing
+
+    def _fresh(self, prefix):
+        self.names += 1
+        return f"{prefix}_{self.names}"
+
+    def _emit(self, name, expression):
+        self.lines.append(f"{name} = {expression}")
+        return name
+
+    def _check(self, lines, expression):
+        """Add ``expression * 0.0`` (0, or nan once the value is not finite) to the
+        finiteness check ``bad``."""
+        name = self._fresh("bad")
+        lines.append(f"{name} = {self.bad} + {expression} * 0.0")
+        self.bad = name
+
+    def _add_scalar(self, slot, ct, live):
+        """Add ``ct`` into the cotangent of scalar ``slot`` where ``live``."""
+        g, h, bad = self._fresh("g"), self._fresh("h"), self._fresh("bad")
+        self.lines.append(f"{g}, {h}, {bad} = _add_to({live}, {self.h[slot]}, {self.g[slot]}, "
+                          f"{ct}, {self.bad})")
+        self.g[slot], self.h[slot], self.bad = g, h, bad
 
     # ------------------------------------------------------------------ records
 
@@ -233,17 +373,21 @@ class _Writer:
         _require(type(self.values[out]) in _SCALARS and form.partials is not None)
         traced = dict(zip(argnums, parents))
         x, y = (self._operand(out, i, value, traced) for i, value in enumerate(saved))
-        self.forward += [f"v{out} = {form.value.format(x=x, y=y)}", f"bad += v{out} * 0.0"]
+        self.forward.append(f"v{out} = {_branch_free(form.value.format(x=x, y=y))}")
+        self._check(self.forward, f"v{out}")
         names = []
         for j, i in enumerate(argnums):
             _require(form.partials[i] is not None)
             names.append(f"q{out}_{j}")
-            self.forward += [f"{names[-1]} = {form.partials[i].format(x=x, y=y)}",
-                             f"bad += {names[-1]} * 0.0"]
-        lines = [f"if h{out} and g{out} != 0.0:"]
-        for slot, name in zip(parents, names):
-            lines += [f"    ct = g{out} * {name}"] + ["    " + line for line in _add_scalar(slot)]
-        self.backward.append(lines)
+            self.forward.append(f"{names[-1]} = {_branch_free(form.partials[i].format(x=x, y=y))}")
+            self._check(self.forward, names[-1])
+
+        def write():
+            g = self.g[out]
+            live = self._emit(self._fresh("live"), f"{self.h[out]} & ({g} != 0.0)")
+            for slot, name in zip(parents, names):
+                self._add_scalar(slot, self._emit(self._fresh("ct"), f"{g} * {name}"), live)
+        self.backward.append(write)
 
     def _scalar(self, record):
         # -x and x / y: recorded with their scalar vjps, written out as the rule's
@@ -256,13 +400,19 @@ class _Writer:
         traced = dict(zip(argnums, parents))
         operands = [self._operand(out, i, value, traced) for i, value in enumerate(saved)]
         names = dict(zip("xy", operands))
-        self.forward += [f"v{out} = {form.value.format(**names)}", f"bad += v{out} * 0.0"]
-        lines = [f"if h{out}:"]
-        for slot, i in zip(parents, argnums):
-            lines += [f"    ct = {form.cotangents[i].format(g=f'g{out}', **names)}",
-                      f"    if ct != ct and g{out} == 0.0: ct = 0.0"]
-            lines += ["    " + line for line in _add_scalar(slot)]
-        self.backward.append(lines)
+        self.forward.append(f"v{out} = {_branch_free(form.value.format(**names))}")
+        self._check(self.forward, f"v{out}")
+        cotangents = [form.cotangents[i] for i in argnums]
+        _require(None not in cotangents)
+
+        def write():
+            g, live = self.g[out], self.h[out]
+            for slot, cotangent in zip(parents, cotangents):
+                ct = self._emit(self._fresh("ct"),
+                                _branch_free(cotangent.format(g=g, **names)))
+                self._add_scalar(slot, self._emit(self._fresh("ct"), f"_nan_safe({ct}, {g})"),
+                                 live)
+        self.backward.append(write)
 
     def _kernel_sum(self, k, record):
         out, parents, argnums, saved = record.out, record.parents, record.argnums, record.args
@@ -277,76 +427,122 @@ class _Writer:
                 inputs.append(traced[i])
             else:
                 inputs.append(_Constant(value))
-        operands = [f"o{k}_{m}" for m in range(len(saved))]
+        # Each operand as the loop takes it (found for this run's values, and true of
+        # every later run's, whose leaves have the signature's types, shapes and
+        # strides and whose constants are the same objects): a leaf or a constant as
+        # it is is one parameter for every loop (a number: a constant of the source);
+        # another is computed per call.  (A parameter per loop's operand made the
+        # function's Python wrapper, which unboxes each and on failure releases all
+        # those before it, grow as the square of their number.)
+        given = [self.values[item] if type(item) is int else item.value for item in inputs]
+        try:
+            bound = prepared.operands_for(given)
+        except Exception:
+            raise _NotFusable from None
+        operands, transformed = [], []
+        for m, (item, value, operand) in enumerate(zip(inputs, given, bound)):
+            if operand is not value:
+                transformed.append(m)
+                operands.append(f"o{k}_{m}")
+                self.operand_params.append(operands[-1])
+            elif type(item) is int:
+                operands.append(f"x{item}" if type(value) is np.ndarray else f"v{item}")
+            elif type(value) in (float, int, np.float64):
+                operands.append(f"k{k}_{m}")
+                self.namespace[operands[-1]] = value if type(value) is int else float(value)
+            else:
+                operands.append(self.shared.setdefault(id(value),
+                                                       (f"s{len(self.shared)}", value))[0])
+        if transformed:
+            self.transformed.append((inputs, prepared, transformed))
         buffers, registers = [], []
-        for (slot, i), (kind, _, dtype, is_array) in zip(zip(parents, argnums),
-                                                         prepared.gradients):
+        for (slot, i), (kind, shape, dtype, is_array) in zip(zip(parents, argnums),
+                                                             prepared.gradients):
             _require(dtype == _FLOAT64)
             if kind == STORE and is_array:
-                buffers.append((f"b{k}_{len(buffers)}", self.buffer_count))
-                self.buffer_count += 1
-                self.array_gradients.setdefault(slot, []).append(buffers[-1])
+                buffers.append(f"b{k}_{len(buffers)}")
+                stored = self.array_gradients.setdefault(slot, [])
+                _require(not stored or stored[0][1] == shape)
+                stored.append((buffers[-1], shape))
             else:
                 _require(kind == REGISTER and not is_array)
                 registers.append(slot)
-        stored = iter(buffers)
-        buffers = [name for name, _ in buffers]
-        self.params += operands + buffers
-        self.kernels.append((inputs, prepared, _stored_shapes(prepared)))
+        stored = list(buffers)
+        self.kernels.append(prepared)
         self.namespace.update({f"_loop{k}": prepared.loop, f"_shape{k}": prepared.loop_shape,
                                f"_rows{k}": prepared.rows, "_empty": np.empty})
-        width, chunks = prepared.totals_width, prepared.nchunks
-        # The chunks' sums (row c of t: the sum and the register gradients of chunk c)
-        # added up as the replay adds them: one chunk as it is, several exactly.
-        total = (lambda column: f"t{k}[0, {column}]") if chunks == 1 else \
-            (lambda column: f"_exact_sum(t{k}[:, {column}])")
-        self.forward += [f"t{k} = _empty(({chunks}, {width}))",
-                         f"r{k} = _empty(({width}, {prepared.chunk_size}))",
-                         f"_loop{k}(_shape{k}, 0, {chunks}, _rows{k}, "
-                         f"{', '.join(operands + buffers)}, t{k}, r{k})",
-                         f"v{out} = {total(0)}",
-                         f"bad += v{out} * 0.0"]
-        # The sum rule's vjp, from its form (beside the rule): each gradient element
-        # times the cotangent, 0 for a zero cotangent; a cotangent of 1 leaves a
-        # stored gradient as it is.
-        lines = [f"if h{out}:"]
-        column = 0
-        for slot in parents:
-            if slot in registers:
-                column += 1
-                lines += [f"    ct = {SUM_COTANGENT_FORM.format(x=total(column), g=f'g{out}')}"]
-                lines += ["    " + line for line in _add_scalar(slot)]
-            else:
-                buffer, number = next(stored)
-                scaled = SUM_COTANGENT_FORM.format(x=f"{buffer}[i]", g=f"g{out}")
-                lines += [f"    if g{out} != 1.0:",
-                          "        check = 0.0",
-                          f"        for i in range({buffer}.size):",
-                          f"            scaled = {scaled}",
-                          f"            {buffer}[i] = scaled",
-                          "            check += scaled * 0.0      # nan once one is not finite",
-                          "        bad += check",
-                          f"    if a{slot}:",
-                          "        check = 0.0",
-                          f"        for i in range({buffer}.size):",
-                          f"            total = c{slot}[i] + {buffer}[i]",
-                          f"            c{slot}[i] = total",
-                          "            check += total * 0.0",
-                          "        bad += check",
-                          "    else:",
-                          f"        c{slot} = {buffer}; w{slot} = {number}.0; a{slot} = True"]
-        self.backward.append(lines)
+        width, chunks, size = prepared.totals_width, prepared.nchunks, prepared.chunk_size
+        # Row c of the totals: the sum and the register gradients of chunk c; the
+        # scratch: the loop's own.  One of each shape for all the loops (each loop's
+        # totals read as soon as it has run).
+        totals, scratch = f"t{chunks}_{width}", f"r{width}_{size}"
+        for name, shape in ((totals, (chunks, width)), (scratch, (width, size))):
+            if name not in self.arrays:
+                self.arrays.add(name)
+                self.forward.append(f"{name} = _empty({shape})")
+        self.forward.append(f"_loop{k}(_shape{k}, 0, {chunks}, _rows{k}, "
+                            f"{', '.join(operands + buffers)}, {totals}, {scratch})")
+        # The chunks' sums added up as the replay adds them: one chunk as it is,
+        # several exactly.
+        sums = []
+        for column in range(1 + len(registers)):
+            sums.append(f"v{out}" if column == 0 else f"x{out}_{column}")
+            self.forward.append(f"{sums[-1]} = " + (f"{totals}[0, {column}]" if chunks == 1 else
+                                                    f"_exact_sum({totals}[:, {column}])"))
+        self._check(self.forward, f"v{out}")
+        if stored:
+            self.stores = True
+
+        def write():
+            # The sum rule's vjp, from its form (beside the rule): each gradient element
+            # times the cotangent, 0 for a zero cotangent; a cotangent of 1 leaves a
+            # stored gradient as it is.
+            g, live = self.g[out], self.h[out]
+            column = 0
+            buffers = iter(stored)
+            for slot in parents:
+                if slot in registers:
+                    column += 1
+                    ct = self._emit(self._fresh("ct"), _branch_free(
+                        SUM_COTANGENT_FORM.format(x=sums[column], g=g)))
+                    self._add_scalar(slot, ct, live)
+                    continue
+                buffer = next(buffers)
+                reached, bad = self._fresh("a"), self._fresh("bad")
+                if self.a[slot] == "False" and buffer == self.c[slot]:
+                    call = f"_first_gradient({live}, {buffer}, {g}, {self.bad})"
+                else:
+                    call = f"_add_gradient({live}, {self.a[slot]}, {self.c[slot]}, {buffer}, " \
+                           f"{g}, {self.bad})"
+                self.lines.append(f"{reached}, {bad} = {call}")
+                self.a[slot], self.bad = reached, bad
+        self.backward.append(write)
 
 
-def _add_scalar(slot):
-    """Source adding ``ct`` into the cotangent of scalar ``slot`` (the first one is
-    kept as it is: None + ct is ct, where 0.0 + -0.0 would not be -0.0)."""
-    return ["bad += ct * 0.0",
-            f"if h{slot}:",
-            f"    g{slot} = g{slot} + ct",
-            f"    bad += g{slot} * 0.0",
-            "else:",
-            f"    g{slot} = ct; h{slot} = True"]
+class _Select(ast.NodeTransformer):
+    """``x if c else y`` as ``_where(c, x, y)``: the fused function stays one block."""
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        return ast.Call(ast.Name("_where", ast.Load()), [node.test, node.body, node.orelse], [])
+
+
+# What a rule's form may be made of: float arithmetic and comparisons of names and
+# constants, pow, and conditional expressions (evaluated both ways: pure, nothing raises
+# under the NumPy error model).
+_PURE = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Constant, ast.Load, ast.IfExp,
+         ast.Call, ast.operator, ast.unaryop, ast.cmpop)
+
+
+def _branch_free(expression):
+    """``expression`` (a form filled in) with no branch: conditional expressions as
+    calls of ``_where``."""
+    tree = ast.parse(expression, mode="eval")
+    for node in ast.walk(tree):
+        _require(isinstance(node, _PURE) or type(node) is ast.Compare and len(node.ops) == 1)
+        _require(type(node) is not ast.Call or
+                 type(node.func) is ast.Name and node.func.id == "pow")
+    return ast.unparse(_Select().visit(tree))
 
 
 class _Constant:
@@ -360,17 +556,20 @@ class Fusion:
     """A fused program: ``fusion(values)`` gives ``(value, cotangents by leaf)`` (None
     where no cotangent reached a leaf), or None when the replay must run instead."""
 
-    def __init__(self, source, namespace, kernels, leaves, scalar_leaves, output_type):
+    def __init__(self, source, namespace, kernels, leaves, scalar_leaves, array_leaves,
+                 shared, transformed, accumulators, blocks, output_type):
         self.source, self.namespace, self.kernels = source, namespace, kernels
         self.output_type = output_type
         self.function = None
-        self.scalar_leaves = scalar_leaves     # the function's first parameters
-        self.is_array = [leaf not in scalar_leaves for leaf in range(leaves)]
-        # Per kernel, whether its loop takes its arguments as they are (1-d float64
-        # arrays, Python floats): found at the first call, and true of every later one,
-        # whose leaves have the signature's types, shapes and strides (and whose
-        # constants are the same objects).
-        self.as_they_are = [None] * len(kernels)
+        # the parameters (see _Writer.fusion), in order
+        self.scalar_leaves, self.array_leaves, self.shared = scalar_leaves, array_leaves, shared
+        self.transformed = transformed
+        self.accumulators = [shape for _, shape in accumulators]
+        self.blocks = blocks
+        # per leaf: -1 a scalar, else the number of its cotangent's buffer (None: none)
+        numbers = {slot: n for n, (slot, _) in enumerate(accumulators)}
+        self.kinds = [-1 if leaf in scalar_leaves else numbers.get(leaf)
+                      for leaf in range(leaves)]
 
     def compile(self):
         """Compile (or load from the disk cache) the fused function."""
@@ -378,7 +577,7 @@ class Fusion:
         # from: the loops' files (named by their kernels' fingerprints), and the
         # constants, shapes and row counts bound in its namespace (listed on top).
         loops = "".join(f"# _loop{k}: {prepared.source}\n"
-                        for k, (_, prepared, _) in enumerate(self.kernels))
+                        for k, prepared in enumerate(self.kernels))
         constants = "".join(f"# {name} = {_exact(value)}\n"
                             for name, value in sorted(self.namespace.items())
                             if type(value) in (float, int, tuple))
@@ -387,9 +586,14 @@ class Fusion:
         module = load_loop(source, self.namespace, "fused", name)
         if module is None:
             exec(compile(source, "<dualbcast fused replay>", "exec"), self.namespace)
-            python_function, cache = self.namespace["fused"], False
+            functions, cache = self.namespace, False
         else:
-            python_function, cache = module.fused, True
+            functions, cache = module.__dict__, True
+        for name in ("_scaled", "_first_gradient", "_add_gradient"):
+            helper = functions.get(name)
+            if helper is not None and not isinstance(helper, numba.core.dispatcher.Dispatcher):
+                functions[name] = numba.njit(error_model="numpy", cache=cache)(helper)
+        python_function = functions["fused"]
         self.function = numba.njit(error_model="numpy", cache=cache)(python_function)
 
     def __call__(self, values):
@@ -397,39 +601,32 @@ class Fusion:
         args = []
         for leaf in self.scalar_leaves:
             args.append(float(values[leaf]))
-        gradient_arrays = []
-        as_they_are = self.as_they_are
-        for k, (inputs, prepared, shapes) in enumerate(self.kernels):
+        for leaf in self.array_leaves:
+            args.append(values[leaf])
+        args += self.shared
+        for inputs, prepared, positions in self.transformed:
             kernel_args = []
             for item in inputs:
                 kernel_args.append(item.value if type(item) is _Constant else values[item])
-            if as_they_are[k]:
-                args += kernel_args
-            else:
-                operands = prepared.operands_for(kernel_args)
-                as_they_are[k] = all(map(operator.is_, operands, kernel_args))
-                args += operands
-            for shape in shapes:
-                gradient = np.empty(shape)
-                gradient_arrays.append(gradient)
-                args.append(gradient if len(shape) == 1 else gradient.reshape(-1))
+            operands = prepared.operands_for(kernel_args)
+            for m in positions:
+                args.append(operands[m])
+        gradients = []
+        for shape in self.accumulators:
+            gradient = np.empty(shape)
+            gradients.append(gradient)
+            args.append(gradient if len(shape) == 1 else gradient.reshape(-1))
+        for shape in self.blocks:
+            args.append(np.empty(shape))
         result = self.function(*args)
         if not result[0]:
             return None
-        # per leaf: None where no cotangent reached it, else its float, or for an array
-        # the number of the buffer its cotangent was added up in
+        # per leaf: None where no cotangent reached it, else its float or array
         grads = []
-        for reached, found, is_array in zip(result[2::2], result[3::2], self.is_array):
-            grads.append(None if not reached else
-                         gradient_arrays[int(found)] if is_array else found)
+        for reached, found, kind in zip(result[2::2], result[3::2], self.kinds):
+            grads.append(None if not reached else found if kind == -1 else gradients[kind])
         return self.output_type(result[1]), grads
 
 
 def _exact(value):
     return value.hex() if type(value) is float else repr(value)
-
-
-def _stored_shapes(prepared):
-    return tuple(shape for kind, shape, _, is_array in prepared.gradients
-                 if kind == STORE and is_array)
-

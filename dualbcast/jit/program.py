@@ -34,10 +34,11 @@ class Program:
     GENERATE_AFTER = 1
     GENERATE_UP_TO = 2000       # records: Python's compile time grows faster than that
     # Short-path runs after which a fusable program is compiled (about a second, then
-    # cached on disk); fused programs of more records take Numba longer to compile
-    # than they are worth (a 64-term fold: 7 s).
+    # cached on disk), and the most records fused: the compile grows linearly, ~15 ms
+    # a record on top of ~0.5 s (2 cores, Xeon), so 100 records take about 2 s and
+    # stay within fusion.MAX_STATEMENTS lines, the bound on the compile's memory.
     FUSE_AFTER = 1
-    FUSE_UP_TO = 40
+    FUSE_UP_TO = 100
 
     __slots__ = ("steps", "guards", "generated", "runs", "output", "arrays", "watched",
                  "leaves", "free", "slots", "fusion", "short_runs", "kernels")
