@@ -408,9 +408,7 @@ def test_zero_partial_meeting_infinite_derivative(kernel_source, numpy_function)
         assert all(_same(g, expected) for g in got)
 
 
-@pytest.mark.parametrize("libm", [False, pytest.param(True, marks=pytest.mark.xfail(
-    strict=True, reason="needs dualbcast/kernel/fast_broadcast.py to compile libm kernels "
-                        "through with_vector_math(py_func, libm=True) (not yet done)"))])
+@pytest.mark.parametrize("libm", [False, True])
 def test_floor_ceil_trunc_stay_floats_in_every_mode(libm):
     # Numba's math.floor returns an int64: inf, nan and 1e300 became -2**63 in map and
     # sum mode while the dual modes gave the float (issue 14, 4).

@@ -62,7 +62,8 @@ class FastBroadcast:
         self.scalar_kernel = self._scalar_kernel()
 
     def _scalar_kernel(self):
-        compiled_func = self.py_func if self.libm else with_vector_math(self.py_func)
+        # (libm=True: only math.floor & co, made float-valued as in every kernel)
+        compiled_func = with_vector_math(self.py_func, libm=self.libm)
         # Inlined into the loops wherever it is called (LLVM only vectorises a loop
         # with no calls left in it).
         return numba.njit(**self._jit_options, forceinline=True)(compiled_func)
