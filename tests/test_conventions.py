@@ -388,6 +388,13 @@ def test_remainder_derivative_is_minus_the_quotient_of_the_remainder(x, y):
     ("math.sqrt(r) / (1.0 + w)", lambda w, r: np.sqrt(r) / (1.0 + w)),
     ("w * math.sqrt(r) * math.exp(-r)", lambda w, r: w * np.sqrt(r) * np.exp(-r)),
     ("math.cos(math.sqrt(r)) + w", lambda w, r: np.cos(np.sqrt(r)) + w),
+    # A zero partial on the inner path, an infinite derivative outside: reverse mode
+    # meets inf * 0 (the cotangent inf, the local partial 0) and gives 0 as well.
+    ("math.sqrt(r * r) + w", lambda w, r: np.sqrt(r * r) + w),
+    ("math.sqrt(r * r * w)", lambda w, r: np.sqrt(r * r * w)),
+    ("math.sqrt(r ** 2 + w * w)", lambda w, r: np.sqrt(r ** 2 + w * w)),
+    ("math.log(w * r + 1.0) + math.sqrt(w * r)", lambda w, r: np.log(w * r + 1.0)
+     + np.sqrt(w * r)),
 ])
 def test_zero_partial_meeting_infinite_derivative(kernel_source, numpy_function):
     # "A zero partial meeting an infinite local derivative gives 0, not nan": at r = 0,
@@ -401,7 +408,15 @@ def test_zero_partial_meeting_infinite_derivative(kernel_source, numpy_function)
         value, partials = kernel.value_and_partials(0.0, 0.0, wrt=(0, 1))
         _, sum_partials = kernel.sum_and_partials(np.zeros(3), np.zeros(3), wrt=(0, 1))
         rule_value, rule_partials = db.value_and_grad(numpy_function, argnums=(0, 1))(0.0, 0.0)
+        _, array_partials = db.value_and_grad(lambda w, r: np.sum(numpy_function(w, r)),
+                                              argnums=(0, 1))(np.zeros(3), np.zeros(3))
+        jitted = db.jit(db.value_and_grad(numpy_function, argnums=(0, 1)))
+        replays = [jitted(0.0, 0.0)[1] for _ in range(4)]
     assert _same(value, rule_value)
+    for got, expected in zip(array_partials, rule_partials):
+        assert all(_same(g, expected) for g in got)
+    for replayed in replays:
+        assert all(_same(g, e) for g, e in zip(replayed, rule_partials))
     for got, expected in zip(partials, rule_partials):
         assert _same(got, expected), (kernel_source, partials, rule_partials)
     for got, expected in zip(sum_partials, rule_partials):

@@ -232,28 +232,35 @@ def backward(tape, seeds):
                 continue
             if type(record) is LinearRecord:
                 # A scalar's cotangent need not be dropped to free memory.  A zero
-                # cotangent contributes nothing (NaN-safe: 0 * inf is 0).
+                # cotangent contributes nothing (NaN-safe: 0 * inf is 0), nor does a
+                # zero partial (inf * 0 is 0 too).
                 if g == 0:
                     continue
                 # One or two parents, unrolled (a loop costs a quarter of the record).
                 parents, partials = record.parents, record.partials
                 slot = parents[0]
+                ct = g * partials[0]
+                if ct != ct and partials[0] == 0:
+                    ct = type(ct)(0.0)
                 current = grads[slot]
                 if current is None:
-                    grads[slot] = g * partials[0]
+                    grads[slot] = ct
                 elif type(current) is not ndarray:
-                    grads[slot] = current + g * partials[0]     # scalars: nothing shared
+                    grads[slot] = current + ct      # scalars: nothing shared
                 else:
-                    accumulate(grads, owned, values, slot, g * partials[0])
+                    accumulate(grads, owned, values, slot, ct)
                 if len(parents) == 2:
                     slot = parents[1]
+                    ct = g * partials[1]
+                    if ct != ct and partials[1] == 0:
+                        ct = type(ct)(0.0)
                     current = grads[slot]
                     if current is None:
-                        grads[slot] = g * partials[1]
+                        grads[slot] = ct
                     elif type(current) is not ndarray:
-                        grads[slot] = current + g * partials[1]
+                        grads[slot] = current + ct
                     else:
-                        accumulate(grads, owned, values, slot, g * partials[1])
+                        accumulate(grads, owned, values, slot, ct)
                 continue
             grads[record.out] = None        # dropped as soon as it is used (arrays: memory)
             vjps, ans, args, kwargs = record.vjps, record.ans, record.args, record.kwargs

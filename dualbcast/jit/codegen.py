@@ -124,6 +124,8 @@ def _linear(k, record, out, namespace, forward, residuals):
     lines = ["        if g != 0:"]
     for slot, i in zip(parents, argnums):
         lines += [f"            ct = g * q{k}[{i}]",
+                  f"            if ct != ct and q{k}[{i}] == 0:",     # (as backward's)
+                  "                ct = type(ct)(0.0)",
                   f"            current = grads[{slot}]",
                   "            if current is None:",
                   f"                grads[{slot}] = ct",

@@ -1,9 +1,10 @@
 """NaN-safe products of a cotangent with local partials, compiled: the backward pass
 of a kernel map and of NumPy's elementwise rules.
 
-``g * local`` elementwise, except 0 where ``g`` is 0 and the product is nan (a zero
-cotangent meeting an infinite partial: a value that does not influence the output
-contributes nothing, design.md §4), and the sum of those products (the gradient of a
+``g * local`` elementwise, except 0 where either factor is 0 and the product is nan (a
+zero cotangent meeting an infinite partial, or a zero partial meeting an infinite
+cotangent: a value that does not influence the output contributes nothing, design.md
+§4, as the kernels' dual numbers have it), and the sum of those products (the gradient of a
 scalar argument broadcast over an array).  One pass over memory each, where NumPy took
 a multiply and a second pass to detect a nan; and no BLAS: OpenBLAS's threads spin for
 a while after a ``np.dot`` and took both cores from the kernels' loops (the ten-kernel
@@ -26,7 +27,7 @@ _FLOAT64 = np.dtype(np.float64)
 
 
 def nan_safe_multiply(g, local, out=None):
-    """``g * local``, 0 where ``g == 0`` meets a nan product, written into ``out`` (may
+    """``g * local``, 0 where a zero factor makes a nan product, written into ``out`` (may
     be ``local``) or a new array; None unless all are C-contiguous float64 arrays of one
     shape."""
     if not _flat_float64(g, local):
@@ -93,9 +94,9 @@ def _workers(size):
 @numba.njit(error_model="numpy", cache=True, nogil=True)
 def _multiply(g, local, out):
     for i in range(g.size):
-        gi = g[i]
-        p = gi * local[i]
-        out[i] = 0.0 if (gi == 0.0) & (p != p) else p
+        gi, li = g[i], local[i]
+        p = gi * li
+        out[i] = 0.0 if ((gi == 0.0) | (li == 0.0)) & (p != p) else p
 
 
 @numba.njit(error_model="numpy", cache=True, nogil=True)
@@ -103,9 +104,9 @@ def _multiply_into(g, local):
     # (out is local: a loop of its own, since LLVM's vector loop checks that the
     # output does not overlap an input, and ran the scalar loop when it did: 3x slower)
     for i in range(g.size):
-        gi = g[i]
-        p = gi * local[i]
-        local[i] = 0.0 if (gi == 0.0) & (p != p) else p
+        gi, li = g[i], local[i]
+        p = gi * li
+        local[i] = 0.0 if ((gi == 0.0) | (li == 0.0)) & (p != p) else p
 
 
 @numba.njit(parallel=True, error_model="numpy", cache=True, nogil=True)
@@ -125,9 +126,9 @@ def _chunk_dot(g, local):
     threads or the call."""
     total = 0.0
     for i in range(g.size):
-        gi = g[i]
-        p = gi * local[i]
-        total += 0.0 if (gi == 0.0) & (p != p) else p      # (& not and: no branch)
+        gi, li = g[i], local[i]
+        p = gi * li
+        total += 0.0 if ((gi == 0.0) | (li == 0.0)) & (p != p) else p    # (no branch)
     return total
 
 

@@ -28,18 +28,19 @@ def unbroadcast(ct, shape):
 
 
 def nan_safe(g, local, out=None):
-    """``g * local``, but 0 where ``g`` is 0 and the product is nan (``local`` infinite
-    or nan): a value that does not influence the output contributes nothing
-    (design.md §4, as the kernels' dual numbers do)."""
+    """``g * local``, but 0 where either factor is 0 and the product is nan (the other
+    infinite or nan): a value that does not influence the output contributes nothing,
+    and neither does a path with a zero partial on it (design.md §4, as the kernels'
+    dual numbers do)."""
     if out is None and type(g) is not np.ndarray and type(local) is not np.ndarray:
         # Scalars (the hot path of scalar code): Python's operator, ~10x cheaper than
         # a ufunc call, with the same NEP 50 result type.
         product = g * local
-        if product == product or g != 0:
+        if product == product or g != 0 and local != 0:
             return product
         return type(product)(0.0)
     if type(local) is not np.ndarray:
-        if type(local) in _FINITE_CHECKABLE and math.isfinite(local):
+        if type(local) in _FINITE_CHECKABLE and math.isfinite(local) and local != 0:
             return np.multiply(g, local, out=out)   # a finite factor: nothing to fix
     else:
         product = nan_safe_multiply(g, local, out)  # one compiled pass (float64, one shape)
@@ -53,8 +54,9 @@ def nan_safe(g, local, out=None):
             return product
     elif product == product:
         return product
-    fixed = np.where((np.broadcast_to(g, np.shape(product)) == 0) & np.isnan(product),
-                     0.0, product)
+    shape = np.shape(product)
+    zero_factor = (np.broadcast_to(g, shape) == 0) | (np.broadcast_to(local, shape) == 0)
+    fixed = np.where(zero_factor & np.isnan(product), 0.0, product)
     return fixed.astype(np.result_type(product), copy=False)
 
 

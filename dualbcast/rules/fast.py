@@ -128,7 +128,7 @@ _FLOAT64 = np.float64
 # _sum_vjp as a form, for code that compiles it (dualbcast.jit's fusion): the cotangent
 # of one element ``{x}`` of a gradient the loop computed, given the sum's cotangent
 # ``{g}`` — the IEEE operation _sum_vjp performs, 0 wherever ``{g}`` is 0.
-SUM_COTANGENT_FORM = "(0.0 if {g} == 0.0 else {x} * {g})"
+SUM_COTANGENT_FORM = "(0.0 if {g} == 0.0 or {x} == 0.0 else {x} * {g})"
 
 
 def _sum_vjp(gradient, single_use):
@@ -136,6 +136,8 @@ def _sum_vjp(gradient, single_use):
     def vjp(g, ans, *args):
         if g == 0:                      # NaN-safe: no influence, no gradient
             return np.zeros(shape_of(gradient), np.result_type(gradient))[()]
+        if g - g != 0:                  # g infinite or nan: a zero partial stays 0
+            return nan_safe(g, gradient)
         if not single_use or type(gradient) is not np.ndarray:
             return gradient * g         # a pullback may run again: keep the buffer intact
         if g != 1:
