@@ -383,6 +383,8 @@ class _Writer:
             self._check(self.forward, names[-1])
 
         def write():
+            # (g * q is nan only for an infinite g or q, both checked: the call is
+            # handed back, so the replay's 0 for a zero q needs no code here)
             g = self.g[out]
             live = self._emit(self._fresh("live"), f"{self.h[out]} & ({g} != 0.0)")
             for slot, name in zip(parents, names):
@@ -520,18 +522,27 @@ class _Writer:
 
 
 class _Select(ast.NodeTransformer):
-    """``x if c else y`` as ``_where(c, x, y)``: the fused function stays one block."""
+    """``x if c else y`` as ``_where(c, x, y)``, ``a or b`` and ``a and b`` of
+    comparisons as ``a | b`` and ``a & b``: the fused function stays one block."""
 
     def visit_IfExp(self, node):
         self.generic_visit(node)
         return ast.Call(ast.Name("_where", ast.Load()), [node.test, node.body, node.orelse], [])
 
+    def visit_BoolOp(self, node):
+        self.generic_visit(node)
+        op = ast.BitOr() if type(node.op) is ast.Or else ast.BitAnd()
+        combined = node.values[0]
+        for value in node.values[1:]:
+            combined = ast.BinOp(combined, op, value)
+        return combined
+
 
 # What a rule's form may be made of: float arithmetic and comparisons of names and
-# constants, pow, and conditional expressions (evaluated both ways: pure, nothing raises
-# under the NumPy error model).
+# constants, pow, conditional expressions and ``and``/``or`` of comparisons (evaluated
+# all ways: pure, nothing raises under the NumPy error model).
 _PURE = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Constant, ast.Load, ast.IfExp,
-         ast.Call, ast.operator, ast.unaryop, ast.cmpop)
+         ast.Call, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
 
 
 def _branch_free(expression):
@@ -539,7 +550,9 @@ def _branch_free(expression):
     calls of ``_where``."""
     tree = ast.parse(expression, mode="eval")
     for node in ast.walk(tree):
-        _require(isinstance(node, _PURE) or type(node) is ast.Compare and len(node.ops) == 1)
+        _require(isinstance(node, _PURE) or type(node) is ast.Compare and len(node.ops) == 1
+                 or type(node) is ast.BoolOp and all(type(value) is ast.Compare
+                                                     for value in node.values))
         _require(type(node) is not ast.Call or
                  type(node.func) is ast.Name and node.func.id == "pow")
     return ast.unparse(_Select().visit(tree))
