@@ -470,10 +470,6 @@ def test_a_leaf_whose_last_sum_no_cotangent_reaches_gets_the_others_copied(fused
     assert len(fused_runs) == 5
 
 
-@pytest.mark.xfail(strict=True, reason="defect in rules/fast.py, not fusion: since 9328902 "
-                   "SUM_COTANGENT_FORM gives 0.0 wherever the gradient element is 0, but "
-                   "_sum_vjp multiplies for a finite cotangent (0.0 * -2.0 is -0.0); the "
-                   "fused code, which runs only for finite cotangents, follows the form")
 def test_a_zero_gradient_times_a_negative_cotangent_is_minus_zero_as_replayed(fused_runs):
     def f(x, a, b):
         return -scaled_wave.sum(x, a, b) * 2.0      # d/da = sum(sin(b * 0)) = 0.0, g = -2

@@ -545,13 +545,16 @@ _PURE = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Constant, ast.Loa
          ast.Call, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
 
 
+_CONDITIONS = (ast.Compare, ast.BoolOp)
+
+
 def _branch_free(expression):
     """``expression`` (a form filled in) with no branch: conditional expressions as
     calls of ``_where``."""
     tree = ast.parse(expression, mode="eval")
     for node in ast.walk(tree):
         _require(isinstance(node, _PURE) or type(node) is ast.Compare and len(node.ops) == 1
-                 or type(node) is ast.BoolOp and all(type(value) is ast.Compare
+                 or type(node) is ast.BoolOp and all(type(value) in _CONDITIONS
                                                      for value in node.values))
         _require(type(node) is not ast.Call or
                  type(node.func) is ast.Name and node.func.id == "pow")

@@ -127,8 +127,9 @@ _FLOAT64 = np.float64
 
 # _sum_vjp as a form, for code that compiles it (dualbcast.jit's fusion): the cotangent
 # of one element ``{x}`` of a gradient the loop computed, given the sum's cotangent
-# ``{g}`` — the IEEE operation _sum_vjp performs, 0 wherever ``{g}`` is 0.
-SUM_COTANGENT_FORM = "(0.0 if {g} == 0.0 or {x} == 0.0 else {x} * {g})"
+# ``{g}`` — the IEEE operation _sum_vjp performs: 0 wherever ``{g}`` is 0, or where
+# ``{x}`` is 0 and ``{g}`` not finite; else the product (-0.0 where it is).
+SUM_COTANGENT_FORM = "(0.0 if {g} == 0.0 or ({x} == 0.0 and {g} - {g} != 0.0) else {x} * {g})"
 
 
 def _sum_vjp(gradient, single_use):
