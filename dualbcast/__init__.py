@@ -3,8 +3,8 @@ from . import rules as _rules  # noqa: F401  (registers the gradient rules with 
 from .config import config
 from .core import grad, stop_gradient, value_and_grad, vjp
 from .jit import jit
-from .kernel import FastBroadcast, KernelCompileError, fast_broadcast
+from .kernel import FastBroadcast, FrozenDependencyChanged, KernelCompileError, fast_broadcast
 
-__all__ = ["FastBroadcast", "KernelCompileError", "config", "fast_broadcast", "grad", "jit",
-           "stop_gradient", "value_and_grad", "vjp"]
+__all__ = ["FastBroadcast", "FrozenDependencyChanged", "KernelCompileError", "config",
+           "fast_broadcast", "grad", "jit", "stop_gradient", "value_and_grad", "vjp"]
 __version__ = "0.1.0"

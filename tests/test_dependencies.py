@@ -163,12 +163,14 @@ def test_jit_replays_see_a_rebound_kernel_global():
 
 def test_checking_costs_one_identity_test_per_name():
     # What a call pays: the names are compared by identity (a kernel reading only
-    # ``math`` watches one name; the library's attributes are not watched).
+    # ``math`` watches that name and its own defaults; the library's attributes are
+    # not watched).
     namespace = {"db": db, "math": math}
     exec("@db.fast_broadcast\ndef k(x):\n    return math.exp(x) + math.sin(x)", namespace)
     k = namespace["k"]
     k(X)
-    assert len(k.dependencies._watched) == 1 and not k.dependencies._arrays
+    assert [key for _, key, _ in k.dependencies._watched] == ["__defaults__", "math"]
+    assert not k.dependencies._contents
 
 
 def test_a_helper_is_compiled_again_only_when_a_name_it_reads_changed():
@@ -202,3 +204,76 @@ def test_a_large_global_table_is_compared_without_a_copy_per_call():
         tracemalloc.stop()
     table[3] = np.nan
     assert np.isnan(k(X)).all()
+
+
+def test_a_helper_called_by_a_helper_is_compiled_again_first():
+    # (helper1 was recompiled before helper2, and linked helper2's stale code)
+    namespace = {"numba": numba, "db": db, "G": 1.0}
+    exec("@numba.njit\ndef helper2(x):\n    return G * x\n"
+         "@numba.njit\ndef helper1(x):\n    return helper2(x) + 0.0\n"
+         "@db.fast_broadcast\ndef k(x):\n    return helper1(x)", namespace)
+    _assert_every_mode(namespace["k"], X, np.ones_like(X))
+    namespace["G"] = 5.0
+    _assert_every_mode(namespace["k"], 5 * X, np.full_like(X, 5.0))
+
+
+@pytest.mark.parametrize("read", ["m = params\n    return m.SCALE * x",
+                                  "return params.A0 + params.A1 + params.SCALE * x"])
+def test_a_module_read_through_a_local_alias_or_after_many_names(read):
+    params = types.ModuleType("dualbcast_test_alias")
+    params.SCALE, params.A0, params.A1 = 2.0, 0.0, 0.0
+    namespace = {"params": params, "db": db}
+    # (and a kernel naming more than 255 names: EXTENDED_ARG prefixes in its bytecode)
+    padding = "".join(f"    v{i} = x\n" for i in range(300))
+    exec(f"@db.fast_broadcast\ndef k(x):\n{padding}    {read}", namespace)
+    _assert_every_mode(namespace["k"], 2 * X, np.full_like(X, 2.0))
+    params.SCALE = 3.0
+    _assert_every_mode(namespace["k"], 3 * X, np.full_like(X, 3.0))
+
+
+@pytest.mark.parametrize("make", [lambda a: (a, 2.0), lambda a: a.view(np.memmap)],
+                         ids=["an array in a global tuple", "an ndarray subclass"])
+def test_arrays_in_tuples_and_subclass_tables_are_compared_by_contents(make):
+    table = np.array([2.0, 3.0])
+    namespace = {"db": db, "T": make(table)}
+    read = "T[0][0]" if isinstance(namespace["T"], tuple) else "T[0]"
+    exec(f"@db.fast_broadcast\ndef k(x):\n    return {read} * x", namespace)
+    _assert_every_mode(namespace["k"], 2 * X, np.full_like(X, 2.0))
+    table[0] = 7.0
+    _assert_every_mode(namespace["k"], 7 * X, np.full_like(X, 7.0))
+
+
+def _frozen_kernels():
+    from numba.extending import register_jitable
+    namespace = {"numba": numba, "db": db, "register_jitable": register_jitable, "H": 1.0,
+                 "params": types.ModuleType("dualbcast_test_getattr")}
+    namespace["params"].SCALE = 1.0
+    exec("@register_jitable\ndef rj(x):\n    return H * x\n"
+         "@numba.vectorize(['float64(float64)'])\ndef vh(x):\n    return H * x\n"
+         "@numba.njit\ndef hd(x, s=1.0):\n    return s * x\n"
+         "@db.fast_broadcast\ndef k_rj(x):\n    return rj(x)\n"
+         "@db.fast_broadcast\ndef k_vec(x):\n    return vh(x)\n"
+         "@db.fast_broadcast\ndef k_default(x):\n    return hd(x)\n"
+         "@db.fast_broadcast\ndef k_getattr(x):\n    return getattr(params, 'SCALE') * x\n",
+         namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("kernel", ["k_rj", "k_vec", "k_default", "k_getattr"])
+def test_a_change_numba_cannot_compile_again_is_an_error_not_a_stale_value(kernel):
+    # Numba keeps register_jitable/overload code, vectorize ufuncs, a dispatcher's
+    # defaults and getattr(module, "name") compiled for good, once per process.
+    namespace = _frozen_kernels()
+    k = namespace[kernel]
+    np.testing.assert_array_equal(k(X), X)
+    if kernel == "k_default":
+        namespace["hd"].py_func.__defaults__ = (4.0,)
+    elif kernel == "k_getattr":
+        namespace["params"].SCALE = 6.0
+    else:
+        namespace["H"] = 3.0
+    with pytest.raises(db.FrozenDependencyChanged, match=f"kernel '{kernel}'.*changed"):
+        k(X)
+    with pytest.raises(db.FrozenDependencyChanged):
+        k.sum_and_partials(X)
+

@@ -39,19 +39,26 @@ class Uncacheable(Exception):
     """A value whose identity cannot be digested (an arbitrary object)."""
 
 
+class FrozenDependencyChanged(RuntimeError):
+    """A name read by code Numba keeps compiled for good (a ``register_jitable`` or
+    ``numba.extending.overload`` function, a ``numba.vectorize`` ufunc) changed: the
+    kernel cannot be compiled afresh with the new value."""
+
+
 class Dependencies:
     """The names a kernel's code reads from outside, with their values at the walk."""
 
-    __slots__ = ("_watched", "_arrays", "_owners", "kernels", "dispatchers", "digest",
-                 "retired")
+    __slots__ = ("_watched", "_contents", "_owners", "_frozen", "kernels", "dispatchers",
+                 "digest", "retired")
 
     def __init__(self, py_func):
         self.retired = False        # the kernel moved on to a new walk: never unchanged
         self._owners = set()        # (namespace or cell, key) already watched
         self._watched = []          # (get, key, value): get(key, _MISSING) is value
-        self._arrays = []           # (get, key, copy): an array's contents at the walk
+        self._contents = []         # (get, key, snapshot): arrays (in tuples too)
+        self._frozen = []           # (get, key, value, what): read by code Numba keeps
         self.kernels = []           # kernels it calls (each compiled on its own)
-        self.dispatchers = []       # numba.njit helpers it calls (outside the libraries)
+        self.dispatchers = []       # numba.njit helpers it calls, callees before callers
         digest = hashlib.sha256()
         try:
             _Walk(self, digest).function(py_func)
@@ -68,10 +75,16 @@ class Dependencies:
         for get, key, value in self._watched:
             if get(key, _MISSING) is not value and not self._rebound_equal(get, key, value):
                 return False
-        for get, key, copy in self._arrays:
-            if not _same_array(get(key, _MISSING), copy):
+        for get, key, snapshot in self._contents:
+            if not _same_contents(get(key, _MISSING), snapshot):
                 return False            # (Numba froze the contents: compared each time)
         return True
+
+    def frozen_changes(self):
+        """What changed among the names read by code Numba keeps compiled for good:
+        ``[(name, the function that reads it)]``."""
+        return [(key, what) for get, key, value, what in self._frozen
+                if not _same_contents(get(key, _MISSING), value)]
 
     def _rebound_equal(self, get, key, value):
         current = get(key, _MISSING)
@@ -82,15 +95,18 @@ class Dependencies:
                          for g, k, v in self._watched]
         return True
 
-    def watch(self, owner, get, key, value):
-        """Watch ``get(key)`` (``owner``: the namespace or cell it reads)."""
+    def watch(self, owner, get, key, value, frozen_by=None):
+        """Watch ``get(key)`` (``owner``: the namespace, cell or function it reads);
+        ``frozen_by``: the function Numba keeps compiled that reads it, if any."""
         if (id(owner), key) in self._owners:
             return
         self._owners.add((id(owner), key))
-        if type(value) is np.ndarray:
-            self._arrays.append((get, key, value.copy()))
+        if _holds_array(value):
+            self._contents.append((get, key, _snapshot(value)))
         else:
             self._watched.append((get, key, value))
+        if frozen_by is not None:
+            self._frozen.append((get, key, _snapshot(value), frozen_by))
 
 
 # numba.njit helpers kernels call -> their Dependencies when last compiled here.
@@ -116,28 +132,48 @@ class _Walk:
 
     def __init__(self, deps, digest):
         self.deps, self.digest, self.seen = deps, digest, set()
+        self.frozen_by = None       # the function Numba keeps compiled, while under one
 
     def update(self, data):
         if self.digest is not None:
             self.digest.update(data)
 
-    def function(self, func):
+    def function(self, func, frozen_by=None, defaults_frozen_by=None):
+        """Walk ``func``; ``frozen_by``: the object whose compiled code Numba keeps for
+        good, if ``func`` is its code; ``defaults_frozen_by``: the same for its default
+        arguments only (a Numba dispatcher reads them when it is made)."""
         if id(func) in self.seen:
             return
         self.seen.add(id(func))
+        outer, self.frozen_by = self.frozen_by, self.frozen_by or frozen_by
+        try:
+            self._walk_function(func, self.frozen_by or defaults_frozen_by)
+        finally:
+            self.frozen_by = outer
+
+    def _walk_function(self, func, defaults_frozen_by):
         code = func.__code__
         self.update(f"{func.__module__}.{func.__qualname__}".encode())
         self.update(repr(func.__defaults__).encode())
+        self.deps.watch(func, _attribute_reader(func), "__defaults__", func.__defaults__,
+                        defaults_frozen_by)
         namespace = func.__globals__
         cells = dict(zip(code.co_freevars, func.__closure__ or ()))
+        # Names a module may be read by without an attribute chain (``m = params;
+        # m.SCALE``, ``getattr(params, "SCALE")``): every attribute name and string.
+        names, strings = set(), set()
+        for code_object in _code_objects(code):
+            names.update(code_object.co_names)
+            strings.update(c for c in code_object.co_consts if type(c) is str)
+        names = (names, strings - names)
         for code_object in _code_objects(code):
             self.update(code_object.co_code)
             self.update(repr([c for c in code_object.co_consts
                               if not isinstance(c, types.CodeType)]).encode())
             for chain in _name_chains(code_object):
-                self.chain(chain, namespace, cells)
+                self.chain(chain, namespace, cells, names)
 
-    def chain(self, chain, namespace, cells):
+    def chain(self, chain, namespace, cells, names):
         """``name.attr.attr...`` as the code reads it: the name (a global, or a
         closure variable: ``cell:`` before it), then each attribute of a module."""
         name, attributes = chain[0], chain[1:]
@@ -151,17 +187,34 @@ class _Walk:
         else:
             owner, get = namespace, namespace.get
         value = get(name, _MISSING)
-        self.deps.watch(owner, get, name, value)
+        self.deps.watch(owner, get, name, value, self.frozen_by)
         if value is _MISSING:
             value = getattr(builtins, name, _MISSING)
         for attribute in attributes:
             if type(value) is not types.ModuleType:
                 break
-            module, library = value, value.__name__.partition(".")[0] in _LIBRARIES
+            module = value
             value = module.__dict__.get(attribute, _MISSING)
-            if not library:
-                self.deps.watch(module, module.__dict__.get, attribute, value)
+            if not _is_library(module):
+                self.deps.watch(module, module.__dict__.get, attribute, value, self.frozen_by)
+        if type(value) is types.ModuleType and not _is_library(value):
+            self.module(value, names)
         self.value(value)
+
+    def module(self, module, names):
+        """A module the code holds: each of its attributes the code could name (as an
+        attribute, or as a string: ``getattr(module, "name")``, which Numba resolves
+        once per process, for good)."""
+        get = module.__dict__.get
+        attributes, strings = names
+        for name in sorted(attributes | strings):
+            value = get(name, _MISSING)
+            if value is not _MISSING:
+                self.update(f"{module.__name__}.{name}=".encode())
+                frozen_by = self.frozen_by or (f"getattr({module.__name__}, {name!r})"
+                                               if name in strings else None)
+                self.deps.watch(module, get, name, value, frozen_by)
+                self.value(value)
 
     def value(self, value):
         py_func = getattr(value, "py_func", None)       # a kernel or a Numba dispatcher
@@ -170,18 +223,30 @@ class _Walk:
                 self.update(f"{py_func.__module__}.{py_func.__qualname__}".encode())
                 return
             if hasattr(value, "scalar_kernel"):
-                self.deps.kernels.append(value)
                 self.update(repr(getattr(value, "libm", None)).encode())
+                self.function(py_func)
+                self.deps.kernels.append(value)
             elif hasattr(value, "recompile"):
-                self.deps.dispatchers.append(value)
-            self.function(py_func)
+                self.function(py_func, defaults_frozen_by=value)
+                if self.frozen_by is None:
+                    self.deps.dispatchers.append(value)     # (after its own callees)
+            else:
+                self.function(py_func, frozen_by=value)
         elif isinstance(value, types.FunctionType):
             if _in_library(value):
                 self.update(f"{value.__module__}.{value.__qualname__}".encode())
             else:
-                self.function(value)
+                # Callable from compiled code only through an overload Numba keeps
+                # compiled (register_jitable, numba.extending.overload).
+                self.function(value, frozen_by=value)
         elif isinstance(value, types.ModuleType):
             self.update(value.__name__.encode())
+        elif isinstance(value, np.ufunc) and getattr(np, value.__name__, None) is not value:
+            raise Uncacheable(f"the ufunc {value.__name__}")   # (its code is not at hand)
+        elif hasattr(value, "_dispatcher") and hasattr(value, "ufunc"):
+            # A numba.vectorize DUFunc: compiled by Numba, for good, per signature.
+            self.update(b"dufunc:")
+            self.function(value._dispatcher.py_func, frozen_by=value)
         elif isinstance(value, (types.BuiltinFunctionType, np.ufunc, type)):
             # math.exp, np.exp, a class: their names identify them.
             name = f"{getattr(value, '__module__', None)}.{getattr(value, '__qualname__', value)}"
@@ -199,6 +264,10 @@ class _Walk:
             self.update(b"<undefined>")
         elif self.digest is not None:
             raise Uncacheable(type(value).__name__)
+
+
+def _is_library(module):
+    return module.__name__.partition(".")[0] in _LIBRARIES
 
 
 def _in_library(func):
@@ -224,6 +293,8 @@ def _name_chains(code):
     ``("cell:x",)`` for a closure variable."""
     chain = None
     for instruction in dis.get_instructions(code):
+        if instruction.opname == "EXTENDED_ARG":
+            continue                    # (a prefix of the next instruction's argument)
         if chain is not None and instruction.opname in _ATTRIBUTES:
             chain.append(instruction.argval)
             continue
@@ -236,6 +307,12 @@ def _name_chains(code):
             chain = [_CELL + instruction.argval]
     if chain is not None:
         yield tuple(chain)
+
+
+def _attribute_reader(obj):
+    def get(name, default):
+        return getattr(obj, name, default)
+    return get
 
 
 def _cell_reader(cell):
@@ -261,9 +338,32 @@ def _equal_value(a, b):
     return False
 
 
+def _holds_array(value):
+    return isinstance(value, np.ndarray) or type(value) is tuple and any(map(_holds_array,
+                                                                             value))
+
+
+def _snapshot(value):
+    """What a value is compared with later: arrays copied (as plain arrays), in
+    tuples too; anything else itself."""
+    if isinstance(value, np.ndarray):
+        return np.array(value, copy=True, subok=False)
+    if type(value) is tuple and _holds_array(value):
+        return tuple(map(_snapshot, value))
+    return value
+
+
+def _same_contents(current, snapshot):
+    if type(snapshot) is np.ndarray:
+        return isinstance(current, np.ndarray) and _same_array(current, snapshot)
+    if type(snapshot) is tuple and _holds_array(snapshot):
+        return type(current) is tuple and len(current) == len(snapshot) and all(
+            map(_same_contents, current, snapshot))
+    return current is snapshot or _equal_value(snapshot, current)
+
+
 def _same_array(array, copy):
-    if type(array) is not np.ndarray or array.shape != copy.shape \
-            or array.dtype != copy.dtype:
+    if array.shape != copy.shape or array.dtype != copy.dtype:
         return False
     # Bytes compared (a nan equals itself), a block at a time: no copy of a large
     # table per call.

@@ -16,7 +16,7 @@ from ..dual import DualType
 from ..vmath import with_vector_math
 from .arguments import plan_call, signature_key
 from .cache import kernel_fingerprint
-from .dependencies import Dependencies, refresh_helper
+from .dependencies import Dependencies, FrozenDependencyChanged, refresh_helper
 from .loops import ACCUMULATE, REGISTER, STORE, LoopSpec, compile_loop
 from .prepared import PreparedCall
 from ..positions import argument_positions
@@ -79,7 +79,19 @@ class FastBroadcast:
         return self.generation
 
     def _new_generation(self):
+        if self.dependencies is not None:
+            frozen = self.dependencies.frozen_changes()
+            if frozen:
+                described = ", ".join(f"{name!r} (read by {getattr(what, '__name__', what)})"
+                                      for name, what in frozen)
+                raise FrozenDependencyChanged(
+                    f"@fast_broadcast kernel {self.__name__!r}: {described} changed, but "
+                    f"Numba keeps the code that reads it compiled for good (a "
+                    f"register_jitable or overload function, a numba.vectorize ufunc): "
+                    f"pass the value as an argument, or make the function a numba.njit "
+                    f"helper, which is compiled again")
         dependencies = Dependencies(self.py_func)
+        self._signature = inspect.signature(self.py_func)     # (defaults may be rebound)
         for kernel in dependencies.kernels:
             kernel.current_generation()         # a kernel it calls, compiled afresh first
         for helper in dependencies.dispatchers:
