@@ -20,6 +20,7 @@ import math
 import warnings
 from fractions import Fraction
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import assume, given, strategies as st
@@ -438,3 +439,32 @@ def test_floor_ceil_trunc_stay_floats_in_every_mode(libm):
         value, partials = kernel.value_and_partials(xs, wrt=0)
     np.testing.assert_array_equal(value, expected)
     np.testing.assert_array_equal(partials, 0.0)
+
+
+_SCALED = {"exp": (math.exp, np.exp), "expm1": (math.expm1, np.expm1), "sin": (math.sin, np.sin),
+           "cos": (math.cos, np.cos), "tan": (math.tan, np.tan), "tanh": (math.tanh, np.tanh),
+           "sinh": (math.sinh, np.sinh), "cosh": (math.cosh, np.cosh),
+           "atan": (math.atan, np.arctan), "asinh": (math.asinh, np.arcsinh),
+           "fabs": (math.fabs, np.fabs), "sqrt": (math.sqrt, np.sqrt), "log": (math.log, np.log),
+           "square": (numba.njit(lambda v: v * v), np.square), "abs": (abs, np.absolute)}
+
+
+@pytest.mark.parametrize("name", sorted(_SCALED))
+def test_a_scaled_function_at_every_special_point_kernel_and_numpy_rule(name):
+    # grad of sum(w * f(r)) over every pair of special values: a zero w meeting f's
+    # infinite derivative, an infinite w meeting a zero one...  The NumPy rules of exp,
+    # cos, tanh & co once multiplied without the NaN-safe convention (nan, kernels 0).
+    kernel_f, numpy_f = _SCALED[name]
+    namespace = {"f": kernel_f}
+    exec("def k(r, w):\n    return w * f(r)\n", namespace)
+    kernel = db.fast_broadcast(namespace["k"])
+    special = [0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan, 1e300, -1e300, 800.0]
+    r = np.repeat(special, len(special))
+    w = np.tile(special, len(special))
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        by_kernel = db.grad(lambda r, w: kernel.sum(r, w), argnums=(0, 1))(r, w)
+        by_rule = db.grad(lambda r, w: np.sum(w * numpy_f(r)), argnums=(0, 1))(r, w)
+    for got, expected in zip(by_kernel, by_rule):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+        np.testing.assert_allclose(got, expected, rtol=4e-16, atol=0)

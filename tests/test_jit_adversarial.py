@@ -862,3 +862,27 @@ def test_out_buffers_aliasing_or_not_agree_with_eager(choice, argnums, calls):
     out = pick[choice] if argnums == 0 else (
         (shared, shared) if choice == "shared" else (pick[choice], np.empty(6)))
     compare_calls(f, [(x, a)] * calls, argnums, out=out)
+
+
+class _ArrayLike:
+    """An object NumPy converts by calling ``__array__``: its values may change."""
+
+    def __init__(self):
+        self.data = np.array([1.0, 2.0, 3.0])
+
+    def __array__(self, dtype=None, copy=None):
+        return self.data.copy()
+
+
+@pytest.mark.parametrize("reader", ["a kernel", "a NumPy operation"])
+def test_an_array_like_constant_is_read_at_every_call(reader):
+    like = _ArrayLike()
+    f = (lambda x: kexp.sum(x, like)) if reader == "a kernel" else (
+        lambda x: np.sum(x * np.asarray(like)) + np.sum(np.multiply(x, like)))
+    eager = db.value_and_grad(f)
+    jitted = db.jit(db.value_and_grad(f))
+    x = np.array([0.5, 1.0, 2.0])
+    for step in range(6):
+        if step >= 3:
+            like.data = np.array([float(step), 2.0, 3.0])
+        assert_same(eager(x), jitted(x))

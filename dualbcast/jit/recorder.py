@@ -56,6 +56,12 @@ class ProgramRecorder(Recorder):
         # Every array (read-only ones too: another view may write their data) and
         # every list (a kernel takes one as it is) is copied and the pair noted, so
         # that a replay can check that the original still holds what was copied.
+        # An object NumPy converts (``__array__``, ``__array_interface__``) may give
+        # other values each time, which no copy can check: the program is not replayed.
+        if type(original) not in _PLAIN and not isinstance(original, np.generic) \
+                and _array_like(original):
+            self.replayable = False
+            return kept
         if kept is original and _mutable(original):
             if _nbytes(original) > COPY_LIMIT:
                 self.replayable = False
@@ -67,6 +73,15 @@ class ProgramRecorder(Recorder):
 
     def opaque(self, tape):
         self.replayable = False
+
+
+_PLAIN = frozenset({np.ndarray, float, int, bool, complex, str, type(None), list, tuple})
+
+
+def _array_like(constant):
+    kind = type(constant)
+    return any(hasattr(kind, name) for name in ("__array__", "__array_interface__",
+                                                "__array_struct__"))
 
 
 def _mutable(constant):

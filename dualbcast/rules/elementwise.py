@@ -8,7 +8,8 @@ scalar rules apply as they would untraced): local derivatives start from a NumPy
 integer constant divides as a float.
 Conventions match the dual-number rules of the kernels (README, "Derivative
 conventions"): ``abs`` has derivative 0 at 0, ``maximum``/``minimum`` give half to each
-side at a tie, and a zero cotangent meeting an infinite local derivative gives 0, not nan.
+side at a tie, and a zero cotangent meeting an infinite local derivative gives 0, not nan
+(every product of a cotangent and a local derivative is ``nan_safe``).
 """
 import numpy as np
 
@@ -45,34 +46,34 @@ elementwise(np.negative, lambda g, ans, x: -g,
             form=ScalarForm("-{x}", cotangents=("-{g}",)))
 elementwise(np.positive, lambda g, ans, x: g)
 elementwise(np.conjugate, lambda g, ans, x: g)       # real inputs only (complex: no rules)
-elementwise(np.exp, lambda g, ans, x: g * ans)
-elementwise(np.exp2, lambda g, ans, x: g * ans * LN2)
-elementwise(np.expm1, lambda g, ans, x: g * (ans + 1.0))
+elementwise(np.exp, lambda g, ans, x: nan_safe(g, ans))
+elementwise(np.exp2, lambda g, ans, x: nan_safe(g, ans * LN2))
+elementwise(np.expm1, lambda g, ans, x: nan_safe(g, ans + 1.0))
 elementwise(np.log, lambda g, ans, x: nan_safe(g, np.divide(1.0, x)))
 elementwise(np.log2, lambda g, ans, x: nan_safe(g, np.divide(1.0, x * LN2)))
 elementwise(np.log10, lambda g, ans, x: nan_safe(g, np.divide(1.0, x * LN10)))
 elementwise(np.log1p, lambda g, ans, x: nan_safe(g, np.divide(1.0, 1.0 + x)))
 elementwise(np.sqrt, lambda g, ans, x: nan_safe(g, 0.5 / ans))
 elementwise(np.cbrt, lambda g, ans, x: nan_safe(g, np.divide(1.0, 3.0 * ans * ans)))
-elementwise(np.square, lambda g, ans, x: g * 2.0 * x)
+elementwise(np.square, lambda g, ans, x: nan_safe(g, 2.0 * x))
 elementwise(np.reciprocal, lambda g, ans, x: nan_safe(-g, ans * ans))
-elementwise(np.sin, lambda g, ans, x: g * np.cos(x))
-elementwise(np.cos, lambda g, ans, x: -g * np.sin(x))
-elementwise(np.tan, lambda g, ans, x: g * (1.0 + ans * ans))
+elementwise(np.sin, lambda g, ans, x: nan_safe(g, np.cos(x)))
+elementwise(np.cos, lambda g, ans, x: nan_safe(g, -np.sin(x)))
+elementwise(np.tan, lambda g, ans, x: nan_safe(g, 1.0 + ans * ans))
 elementwise(np.arcsin, lambda g, ans, x: nan_safe(g, np.divide(1.0, np.sqrt(1.0 - x * x))))
 elementwise(np.arccos, lambda g, ans, x: nan_safe(g, -np.divide(1.0, np.sqrt(1.0 - x * x))))
-elementwise(np.arctan, lambda g, ans, x: g / (1.0 + x * x))
-elementwise(np.sinh, lambda g, ans, x: g * np.cosh(x))
-elementwise(np.cosh, lambda g, ans, x: g * np.sinh(x))
-elementwise(np.tanh, lambda g, ans, x: g * (1.0 - ans * ans))
-elementwise(np.arcsinh, lambda g, ans, x: g / np.hypot(x, 1.0))
+elementwise(np.arctan, lambda g, ans, x: nan_safe(g, 1.0 / (1.0 + x * x)))
+elementwise(np.sinh, lambda g, ans, x: nan_safe(g, np.cosh(x)))
+elementwise(np.cosh, lambda g, ans, x: nan_safe(g, np.sinh(x)))
+elementwise(np.tanh, lambda g, ans, x: nan_safe(g, 1.0 - ans * ans))
+elementwise(np.arcsinh, lambda g, ans, x: nan_safe(g, 1.0 / np.hypot(x, 1.0)))
 # (two square roots, as the kernels' table: no overflow of x * x, and nan below -1
 # where the value is nan, not 1 / sqrt(-0.0) = -inf at -1)
 elementwise(np.arccosh,
             lambda g, ans, x: nan_safe(g, np.divide(1.0, np.sqrt(x - 1.0) * np.sqrt(x + 1.0))))
 elementwise(np.arctanh, lambda g, ans, x: nan_safe(g, np.divide(1.0, (1.0 - x) * (1.0 + x))))
-elementwise(np.absolute, lambda g, ans, x: g * np.sign(x))             # 0 at 0, as PyTorch
-elementwise(np.fabs, lambda g, ans, x: g * np.sign(x))
+elementwise(np.absolute, lambda g, ans, x: nan_safe(g, np.sign(x)))    # 0 at 0, as PyTorch
+elementwise(np.fabs, lambda g, ans, x: nan_safe(g, np.sign(x)))
 elementwise(np.deg2rad, lambda g, ans, x: g * (np.pi / 180.0))
 elementwise(np.rad2deg, lambda g, ans, x: g * (180.0 / np.pi))
 
@@ -134,35 +135,45 @@ elementwise(np.power, _power_dx, _power_dy, partials=_power_partials,
 elementwise(np.float_power, _power_dx, _power_dy)
 elementwise(np.arctan2,
             # d atan2(y, x) = (x dy - y dx) / (x^2 + y^2), with hypot: no overflow.
-            lambda g, ans, y, x: g * (x / np.hypot(x, y)) / np.hypot(x, y),
-            lambda g, ans, y, x: -g * (y / np.hypot(x, y)) / np.hypot(x, y))
+            lambda g, ans, y, x: nan_safe(g, (x / np.hypot(x, y)) / np.hypot(x, y)),
+            lambda g, ans, y, x: nan_safe(g, -(y / np.hypot(x, y)) / np.hypot(x, y)))
 elementwise(np.hypot,
-            lambda g, ans, x, y: g * np.where(ans == 0, 0.0, x / np.where(ans == 0, 1.0, ans)),
-            lambda g, ans, x, y: g * np.where(ans == 0, 0.0, y / np.where(ans == 0, 1.0, ans)))
+            lambda g, ans, x, y: nan_safe(g, np.where(ans == 0, 0.0,
+                                                      x / np.where(ans == 0, 1.0, ans))),
+            lambda g, ans, x, y: nan_safe(g, np.where(ans == 0, 0.0,
+                                                      y / np.where(ans == 0, 1.0, ans))))
 elementwise(np.maximum,
-            lambda g, ans, x, y: g * _half_at_ties(x > y, x == y),
-            lambda g, ans, x, y: g * _half_at_ties(y > x, x == y))
+            lambda g, ans, x, y: nan_safe(g, _half_at_ties(x > y, x == y)),
+            lambda g, ans, x, y: nan_safe(g, _half_at_ties(y > x, x == y)))
 elementwise(np.minimum,
-            lambda g, ans, x, y: g * _half_at_ties(x < y, x == y),
-            lambda g, ans, x, y: g * _half_at_ties(y < x, x == y))
+            lambda g, ans, x, y: nan_safe(g, _half_at_ties(x < y, x == y)),
+            lambda g, ans, x, y: nan_safe(g, _half_at_ties(y < x, x == y)))
 # fmax/fmin ignore a nan: the other input wins outright.
 elementwise(np.fmax,
-            lambda g, ans, x, y: g * _half_at_ties((x > y) | np.isnan(y) & ~np.isnan(x), x == y),
-            lambda g, ans, x, y: g * _half_at_ties((y > x) | np.isnan(x) & ~np.isnan(y), x == y))
+            lambda g, ans, x, y: nan_safe(g, _half_at_ties((x > y) | np.isnan(y) & ~np.isnan(x),
+                                                           x == y)),
+            lambda g, ans, x, y: nan_safe(g, _half_at_ties((y > x) | np.isnan(x) & ~np.isnan(y),
+                                                           x == y)))
 elementwise(np.fmin,
-            lambda g, ans, x, y: g * _half_at_ties((x < y) | np.isnan(y) & ~np.isnan(x), x == y),
-            lambda g, ans, x, y: g * _half_at_ties((y < x) | np.isnan(x) & ~np.isnan(y), x == y))
+            lambda g, ans, x, y: nan_safe(g, _half_at_ties((x < y) | np.isnan(y) & ~np.isnan(x),
+                                                           x == y)),
+            lambda g, ans, x, y: nan_safe(g, _half_at_ties((y < x) | np.isnan(x) & ~np.isnan(y),
+                                                           x == y)))
 elementwise(np.logaddexp,
-            lambda g, ans, x, y: g * np.exp(x - ans), lambda g, ans, x, y: g * np.exp(y - ans))
+            lambda g, ans, x, y: nan_safe(g, np.exp(x - ans)),
+            lambda g, ans, x, y: nan_safe(g, np.exp(y - ans)))
 elementwise(np.logaddexp2,
-            lambda g, ans, x, y: g * np.exp2(x - ans), lambda g, ans, x, y: g * np.exp2(y - ans))
+            lambda g, ans, x, y: nan_safe(g, np.exp2(x - ans)),
+            lambda g, ans, x, y: nan_safe(g, np.exp2(y - ans)))
 # d/dy of x % y and fmod(x, y) is minus the quotient the remainder was computed with
 # (as the kernels' table): floor_divide comes from the same divmod as remainder; fmod's
 # quotient is (x - fmod(x, y)) / y, exact up to rounding to the integer it is.  Not
 # floor(x / y): 0.5 / 0.1 rounds to 5.0, but 0.5 % 0.1 = 0.0999... says 4.
-elementwise(np.remainder, lambda g, ans, x, y: g, lambda g, ans, x, y: -g * np.floor_divide(x, y))
-elementwise(np.fmod, lambda g, ans, x, y: g, lambda g, ans, x, y: -g * np.rint((x - ans) / y))
-elementwise(np.copysign, lambda g, ans, x, y: g * np.sign(x) * np.sign(ans), None)
+elementwise(np.remainder, lambda g, ans, x, y: g,
+            lambda g, ans, x, y: nan_safe(g, -np.floor_divide(x, y)))
+elementwise(np.fmod, lambda g, ans, x, y: g,
+            lambda g, ans, x, y: nan_safe(g, -np.rint((x - ans) / y)))
+elementwise(np.copysign, lambda g, ans, x, y: nan_safe(g, np.sign(x) * np.sign(ans)), None)
 
 # Piecewise constant, boolean or integer results: computed on values, never traced.
 for _ufunc in (np.floor, np.ceil, np.trunc, np.rint, np.sign, np.signbit, np.floor_divide,
