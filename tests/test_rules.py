@@ -512,3 +512,21 @@ def test_fmod_derivative_uses_the_quotient_of_the_remainder():
     gx, gy = db.grad(lambda x, y: np.sum(np.fmod(x, y)), argnums=(0, 1))(
         np.array([0.5, -0.5, 7.0]), np.array([0.1, 0.1, -2.0]))
     np.testing.assert_array_equal(gy, [-4.0, 4.0, 3.0])
+
+
+@pytest.mark.parametrize("reduce", [np.prod, np.max, np.min])
+def test_reductions_multiply_their_cotangent_nan_safely(reduce):
+    # An infinite cotangent meeting a zero local derivative (a loser of max, or the
+    # product of the others being 0) gives 0, as kernels do, not nan; a zero one
+    # meeting an infinite product of the others gives 0 too.
+    x = np.array([0.0, 2.0, 3.0])
+    at = reduce(x)
+    with np.errstate(all="ignore"):
+        grad = db.grad(lambda x: np.sqrt(reduce(x) - at))(x)    # an infinite cotangent
+    winner = {np.prod: 0, np.max: 2, np.min: 0}[reduce]
+    assert grad[winner] == np.inf
+    np.testing.assert_array_equal(np.delete(grad, winner), [0.0, 0.0])
+    big = np.array([1e300, 1e300, 0.0])
+    with np.errstate(all="ignore"):
+        grad = db.grad(lambda x: 0.0 * reduce(x))(big)
+    np.testing.assert_array_equal(grad, np.zeros(3))

@@ -3,7 +3,7 @@ import numpy as np
 
 from ..core.box import apply, constant
 from ..core.registry import defrule
-from .common import constant_dtype, no_out
+from .common import constant_dtype, nan_safe, no_out
 
 
 def _reject(name, out=None, **unsupported):
@@ -59,7 +59,7 @@ def _prod_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
     right = np.cumprod(np.concatenate([ones, flat[..., :0:-1]], axis=-1), axis=-1)[..., ::-1]
     others = (left * right).reshape(moved.shape)
     others = np.transpose(others, np.argsort(kept + list(axes)))
-    return _restore(g, x.shape, axis, keepdims) * others
+    return nan_safe(_restore(g, x.shape, axis, keepdims), others)
 
 
 def _extremum_vjp(g, ans, x, axis=None, keepdims=False):
@@ -68,7 +68,7 @@ def _extremum_vjp(g, ans, x, axis=None, keepdims=False):
     ans = _restore(ans, shape, axis, keepdims)
     winners = x == ans
     count = np.sum(winners, axis=_axes(axis, len(shape)), keepdims=True)
-    return _restore(g, shape, axis, keepdims) * winners / count
+    return nan_safe(_restore(g, shape, axis, keepdims), winners / count)
 
 
 def _cumsum_vjp(g, ans, x, axis=None, dtype=None):
