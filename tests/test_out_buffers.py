@@ -184,3 +184,17 @@ def test_an_f_ordered_out_is_filled_like_any_other():
     assert got is g
     np.testing.assert_allclose(g, 2 * c * r - np.exp(-r), rtol=1e-15)
     assert value == pytest.approx(np.sum(c * r * r + np.exp(-r)), rel=1e-14)
+
+
+def test_an_out_array_the_function_hands_a_kernel_is_filled_at_the_end():
+    # f passes a view of its own out array to the kernel: the loop must not write the
+    # gradient into what it reads (it once raised, naming sum_and_partials).
+    r = np.linspace(1.0, 2.0, 6)
+    buf = np.linspace(3.0, 4.0, 6)
+    f = lambda r: _WEIGHTED.sum(r, buf[::-1])
+    weights = buf[::-1].copy()
+    want = db.value_and_grad(lambda r: _WEIGHTED.sum(r, weights))(r)
+    value, grad = db.value_and_grad(f, out=buf)(r)
+    assert grad is buf
+    assert value == pytest.approx(want[0], rel=1e-15)
+    np.testing.assert_allclose(grad, want[1], rtol=1e-15)

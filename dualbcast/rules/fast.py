@@ -83,11 +83,20 @@ class _SumRule(_KernelRule):
             # straight into the caller's array (once: a second use of the argument adds
             # to it later).
             out = tuple(tape.gradient_buffers.pop(slot, None) for slot in parents)
+            # (one the kernel also reads, a view of it passed in by f, is filled at the
+            # end instead: the loop would overwrite what it reads)
+            out = tuple(None if buffer is not None and _overlaps_any(buffer, values)
+                        else buffer for buffer in out)
         total, gradients = self._prepared("sum_partials", values).sum_and_partials(values, out)
         vjps = [None] * len(values)
         for i, gradient in zip(self.active, gradients):
             vjps[i] = _sum_vjp(gradient, tape.single_use)
         return total, vjps
+
+
+def _overlaps_any(buffer, values):
+    return any(type(value) is np.ndarray and np.may_share_memory(buffer, value)
+               for value in values)
 
 
 def kernel_sum_loop(func):
