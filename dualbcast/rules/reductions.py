@@ -1,4 +1,4 @@
-"""VJPs of reductions and scans: sum, mean, prod, max, min, var, std, cumsum."""
+"""VJPs of reductions and scans: sum, mean, prod, max, min, var, std, cumsum, cumprod."""
 import numpy as np
 
 from ..core.box import apply, constant
@@ -77,6 +77,34 @@ def _cumsum_vjp(g, ans, x, axis=None, dtype=None):
     return np.flip(np.cumsum(np.flip(g, axis), axis), axis)
 
 
+def _cumprod_vjp(g, ans, x, axis=None, dtype=None):
+    # y_i = x_0 ... x_i, so dy_i/dx_k = (x_0 ... x_{k-1}) (x_{k+1} ... x_i) for i >= k:
+    # the cotangent of x_k is E_k S_k, E_k = y_{k-1} (exclusive products) and
+    # S_k = sum_{i >= k} g_i x_{k+1} ... x_i, the reverse recurrence S_k = g_k + x_{k+1}
+    # S_{k+1} -- summed by doubling (log2(n) vector steps), multiplying and never
+    # dividing: correct with zeros in x.
+    shape = np.shape(x)
+    if axis is None:
+        x, axis = np.ravel(x), 0
+    g, ans = np.moveaxis(g, axis, -1), np.moveaxis(ans, axis, -1)
+    x = np.moveaxis(x, axis, -1)
+    n = np.shape(x)[-1]
+    kind = np.result_type(g, ans)
+    if n == 0:
+        return np.zeros(shape, kind)
+    ones = np.ones(np.shape(x)[:-1] + (1,), kind)
+    exclusive = np.concatenate([ones, ans[..., :-1]], axis=-1)
+    span = np.concatenate([x[..., 1:], 0 * ones], axis=-1)    # x_{k+1} ... x_{k+d}
+    total = g                                                # S_k over i < k + d
+    d = 1
+    while d < n:
+        zeros = np.zeros(np.shape(x)[:-1] + (min(d, n),), kind)
+        total = total + nan_safe(np.concatenate([total[..., d:], zeros], axis=-1), span)
+        span = span * np.concatenate([span[..., d:], zeros], axis=-1)
+        d *= 2
+    return np.reshape(np.moveaxis(nan_safe(total, exclusive), -1, axis), shape)
+
+
 def _summed(a, axis=None, keepdims=False, dtype=None):
     """``np.sum(a, ...)``: on an array, the ``np.add.reduce`` call np.sum itself makes
     (the same result, without its wrapper's ~2 µs)."""
@@ -116,6 +144,14 @@ def _cumsum_rule(a, axis=None, dtype=None, out=None):
     return apply(np.cumsum, (_cumsum_vjp,), (a,), kwargs)
 
 
+def _cumprod_rule(a, axis=None, dtype=None, out=None):
+    _reject("cumprod", out)
+    kwargs = {"axis": axis} if dtype is None else {"axis": axis, "dtype": dtype}
+    if constant_dtype("cumprod", dtype):
+        return constant(np.cumprod, (a,), kwargs)
+    return apply(np.cumprod, (_cumprod_vjp,), (a,), kwargs)
+
+
 def _var_rule(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **unsupported):
     # Composed from traced operations: sum((a - mean(a))**2) / max(n - ddof, 0), NumPy's
     # divisor: ddof >= n divides by 0 (inf, or nan for an empty or constant a), never by
@@ -133,5 +169,6 @@ def _std_rule(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **unsu
 
 
 defrule(np.cumsum, trace=_cumsum_rule)
+defrule(np.cumprod, trace=_cumprod_rule)
 defrule(np.var, trace=_var_rule)
 defrule(np.std, trace=_std_rule)
