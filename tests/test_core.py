@@ -298,14 +298,14 @@ def test_detaching_conversions_raise(convert):
 
 
 def test_operation_without_rule_raises_not_implemented_naming_it():
-    with pytest.raises(NotImplementedError, match="numpy.sort"):
-        db.grad(lambda x: np.sum(np.sort(x)))(np.ones(3))
+    with pytest.raises(NotImplementedError, match="numpy.median"):
+        db.grad(lambda x: np.sum(np.median(x)))(np.ones(3))
     with pytest.raises(NotImplementedError, match="numpy.nextafter"):
         db.grad(lambda x: np.sum(np.nextafter(x, 2.0)))(np.ones(3))
     with pytest.raises(NotImplementedError, match="add.accumulate"):
         db.grad(lambda x: np.sum(np.add.accumulate(x)))(np.ones(3))
-    with pytest.raises(NotImplementedError, match="linalg.norm|norm"):
-        db.grad(lambda x: np.linalg.norm(x))(np.ones(3))
+    with pytest.raises(NotImplementedError, match="numpy.linalg.eigvalsh"):
+        db.grad(lambda x: np.sum(np.linalg.eigvalsh(x)))(np.eye(3))
 
 
 def test_comparisons_give_plain_bool_arrays_and_bool_works():
