@@ -298,6 +298,8 @@ def test_unary_agree_anywhere(name, x):
 @given(st.sampled_from(list(BINARY)), st.floats(), st.floats())
 def test_binary_agree_anywhere(name, x, y):
     global where_at
+    # (Python's max/min keep x on a nan, np.maximum propagates it: see _pairs)
+    assume(name not in ("max", "min") or not (math.isnan(x) or math.isnan(y)))
     where_at = lambda k: f"(x, y)={(x, y)!r}"
     values, ddx, ddy = binary_all_ways(name, [x], [y])
     assert_agree(values, f"{name} value")

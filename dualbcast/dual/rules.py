@@ -9,8 +9,8 @@ import numba
 from . import partials as P
 from ..vmath import FLOAT_VALUED, IMPLEMENTATION_OF, STAND_INS, with_vector_math
 from .dualtype import REAL, DualType, make_dual, value_of
-from .table import (BINARY, PIECEWISE_CONSTANT_BINARY, PIECEWISE_CONSTANT_UNARY, PREDICATES,
-                    UNARY)
+from .table import (BINARY, NUMPY_BINARY, NUMPY_EXPRESSIONS, NUMPY_UNARY,
+                    PIECEWISE_CONSTANT_BINARY, PIECEWISE_CONSTANT_UNARY, PREDICATES, UNARY)
 
 #: Rules divide by zero on purpose (d log at 0 is +inf): NumPy's error model.  Forced
 #: inlining: a kernel loop is only vectorised when every call in it is inlined.
@@ -113,6 +113,35 @@ def predicate(fn):
         return None
 
 
+def numpy_spelling(np_fn, fn, arity):
+    """``np_fn`` on duals: the rule of ``fn``, the ``math`` function (or operator or
+    expression) it maps to, with its value computed by ``np_fn`` itself — as Numba's
+    ``np_fn`` of a float computes it: every kernel mode gives the same value."""
+    if fn in UNARY:
+        unary_rule(np_fn, UNARY[fn])
+    elif fn in BINARY:
+        binary_rule(np_fn, *BINARY[fn])
+    elif fn in PIECEWISE_CONSTANT_UNARY:
+        piecewise_constant_unary(np_fn, np_fn)
+    elif fn in PIECEWISE_CONSTANT_BINARY:
+        piecewise_constant_binary(np_fn, np_fn)
+    else:                       # an operator, or an expression of operators and max/min
+        if fn in NUMPY_EXPRESSIONS:
+            fn = jit_rule(fn)
+        if arity == 1:
+            @overload(np_fn)
+            def unary(x):
+                if isinstance(x, DualType):
+                    return lambda x: fn(x)
+                return None
+        else:
+            @overload(np_fn)
+            def binary(x, y):
+                if mixed_case(x, y) is not None:
+                    return lambda x, y: fn(x, y)
+                return None
+
+
 def register_all():
     for fn, derivative in UNARY.items():
         unary_rule(fn, derivative)
@@ -132,6 +161,10 @@ def register_all():
         piecewise_constant_binary(fn, value_fn)
     for fn in PREDICATES:
         predicate(fn)
+    for np_fn, fn in NUMPY_UNARY.items():
+        numpy_spelling(np_fn, fn, 1)
+    for np_fn, fn in NUMPY_BINARY.items():
+        numpy_spelling(np_fn, fn, 2)
 
 
 register_all()

@@ -16,8 +16,12 @@ import operator
 import numpy as np
 from numba.extending import register_jitable
 
+from ..vmath.missing import digamma
+
 LN2 = math.log(2.0)
 LN10 = math.log(10.0)
+DEGREES_PER_RADIAN = 180.0 / math.pi
+RADIANS_PER_DEGREE = math.pi / 180.0
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
@@ -74,6 +78,12 @@ UNARY = {
     math.erfc: lambda x, y: -TWO_OVER_SQRT_PI * math.exp(-x * x),
     math.fabs: lambda x, y: _sign0(x),                    # 0 at 0
     abs: lambda x, y: _sign0(x),                          # 0 at 0
+    math.exp2: lambda x, y: y * LN2,
+    math.cbrt: lambda x, y: 1.0 / (3.0 * y * y),          # +inf at 0, as sqrt
+    math.gamma: lambda x, y: y * digamma(x),              # nan at the poles
+    math.lgamma: lambda x, y: digamma(x),
+    math.degrees: lambda x, y: DEGREES_PER_RADIAN,
+    math.radians: lambda x, y: RADIANS_PER_DEGREE,
 }
 
 BINARY = {
@@ -85,7 +95,60 @@ BINARY = {
     # (Python's, NumPy's and Numba's floordiv come from one divmod).  Not floor(x / y):
     # 0.5 / 0.1 rounds to 5.0, but 0.5 % 0.1 = 0.0999... says the quotient was 4.
     operator.mod: (lambda x, y, r: 1.0, lambda x, y, r: -(x // y)),
+    # fmod and remainder likewise: minus their own quotient, (x - r) / y, an integer
+    # up to the rounding rint removes (as NumPy's fmod rule).
+    math.fmod: (lambda x, y, r: 1.0, lambda x, y, r: -np.rint((x - r) / y)),
+    math.remainder: (lambda x, y, r: 1.0, lambda x, y, r: -np.rint((x - r) / y)),
+    # log(x, base) = log(x) / log(base)
+    math.log: (lambda x, b, r: 1.0 / (x * math.log(b)), lambda x, b, r: -r / (b * math.log(b))),
+    # ldexp(x, n) = x * 2**n: n is an integer, never differentiated
+    math.ldexp: (lambda x, n, r: math.ldexp(1.0, n), lambda x, n, r: 0.0),
 }
+
+
+def _np_maximum(x, y):
+    # np.maximum propagates a nan (Python's max keeps x); else max's rule, ties halved.
+    if x != x or y != y:
+        return x + y
+    return max(x, y)
+
+
+def _np_minimum(x, y):
+    if x != x or y != y:
+        return x + y
+    return min(x, y)
+
+
+def _square(x):
+    return x * x
+
+
+def _reciprocal(x):
+    return 1.0 / x
+
+
+#: NumPy's scalar functions, as a kernel may spell them: each differentiates as the
+#: function (or expression) it maps to, which has the rule.
+NUMPY_UNARY = {
+    np.exp: math.exp, np.exp2: math.exp2, np.expm1: math.expm1, np.log: math.log,
+    np.log2: math.log2, np.log10: math.log10, np.log1p: math.log1p, np.sqrt: math.sqrt,
+    np.cbrt: math.cbrt, np.sin: math.sin, np.cos: math.cos, np.tan: math.tan,
+    np.arcsin: math.asin, np.arccos: math.acos, np.arctan: math.atan, np.sinh: math.sinh,
+    np.cosh: math.cosh, np.tanh: math.tanh, np.arcsinh: math.asinh, np.arccosh: math.acosh,
+    np.arctanh: math.atanh, np.fabs: math.fabs, np.absolute: abs, np.deg2rad: math.radians,
+    np.radians: math.radians, np.rad2deg: math.degrees, np.degrees: math.degrees,
+    np.floor: math.floor, np.ceil: math.ceil, np.trunc: math.trunc, np.square: _square,
+    np.negative: operator.neg, np.positive: operator.pos, np.reciprocal: _reciprocal,
+}
+NUMPY_BINARY = {
+    np.add: operator.add, np.subtract: operator.sub, np.multiply: operator.mul,
+    np.true_divide: operator.truediv, np.power: math.pow, np.float_power: math.pow,
+    np.arctan2: math.atan2, np.hypot: math.hypot, np.copysign: math.copysign,
+    np.fmod: math.fmod, np.remainder: operator.mod, np.floor_divide: operator.floordiv,
+    np.maximum: _np_maximum, np.minimum: _np_minimum,
+}
+#: Python functions among those: compiled inline into the rule.
+NUMPY_EXPRESSIONS = (_np_maximum, _np_minimum, _square, _reciprocal)
 
 #: Piecewise-constant functions: derivative 0.  The value stays a float (NumPy's
 #: ``floor``), so ``floor(inf)`` is ``inf`` rather than an undefined integer (kernels

@@ -30,7 +30,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from . import explog, trig
+from . import explog, missing, trig  # noqa: F401  (missing: overloads)
 
 _JIT_OPTIONS = {"error_model": "numpy", "forceinline": True}
 _IMPLEMENTATIONS = {
@@ -44,8 +44,8 @@ def _is_number(t):
 
 
 def _unary_stand_in(math_fn, impl):
-    def stand_in(x):
-        return math_fn(x)
+    def stand_in(x, *base):
+        return math_fn(x, *base)        # (math.log takes a base too)
 
     @overload(stand_in, jit_options=_JIT_OPTIONS)
     def vectorised(x):
@@ -55,6 +55,13 @@ def _unary_stand_in(math_fn, impl):
             return lambda x: impl(np.float64(x))
         return None
     return stand_in
+
+
+def _log_with_base(log_stand_in):
+    # math.log(x, base): log(x) / log(base), as Python computes it (floats and duals)
+    @overload(log_stand_in, jit_options=_JIT_OPTIONS)
+    def with_base(x, base):
+        return lambda x, base: log_stand_in(x) / log_stand_in(base)
 
 
 def _pow_stand_in(x, y):
@@ -96,6 +103,7 @@ STAND_INS = {fn: _unary_stand_in(fn, impl) for fn, impl in _IMPLEMENTATIONS.item
 #: directly: one overload less to compile).
 IMPLEMENTATION_OF = {STAND_INS[fn]: impl for fn, impl in _IMPLEMENTATIONS.items()}
 STAND_INS[math.pow] = _pow_stand_in
+_log_with_base(STAND_INS[math.log])
 for _fn, _stand_in in STAND_INS.items():
     _stand_in.__name__ = _stand_in.__qualname__ = _fn.__name__
     _stand_in.__module__ = __name__
