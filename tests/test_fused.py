@@ -14,7 +14,7 @@ import pytest
 import dualbcast as db
 from dualbcast.jit import program as replay
 from dualbcast.jit import fusion
-from dualbcast.jit.fusion import exact_sum
+from dualbcast.jit.fused_runtime import exact_sum
 from replays import programs_of
 
 RNG = np.random.default_rng(11)

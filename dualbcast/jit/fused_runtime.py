@@ -1,0 +1,157 @@
+"""What a fused program's compiled code calls (:mod:`.fusion` writes the code): the C
+library's ``pow`` as NumPy's scalar power calls it, ``math.fsum`` for the chunks'
+partial sums, a select, and the small steps of the backward pass — each a choice a
+record's backward pass makes, as a call, so the fused function stays one block of
+straight-line code (Numba compiles that in time linear in its length).  The
+``_GRADIENT_SOURCE`` helpers are compiled with the fused module itself, from a rule's
+form."""
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ..rules.fast import SUM_COTANGENT_FORM
+
+
+@intrinsic
+def _libm_pow(typingctx, x, y):
+    """The C library's ``pow``, as NumPy's scalar power calls it; declared
+    ``nobuiltin`` so that LLVM keeps the call (it would rewrite pow(x, 2.0) as x * x)."""
+    def codegen(context, builder, signature, args):
+        double = ir.DoubleType()
+        pow_ = cgutils.get_or_insert_function(builder.module,
+                                              ir.FunctionType(double, [double, double]), "pow")
+        pow_.attributes.add("nobuiltin")
+        return builder.call(pow_, args)
+    return types.float64(types.float64, types.float64), codegen
+
+
+@numba.njit(error_model="numpy", cache=True)
+def exact_sum(values):
+    """``math.fsum(values)`` for finite values whose partial sums stay finite (else
+    inf or nan, which a fused program hands back): CPython's algorithm, Shewchuk's
+    exact partials, then their sum correctly rounded (half to even)."""
+    partials = np.empty(64)     # non-overlapping: at most ~2100 / 53 of them
+    n = 0
+    for x in values:
+        if x - x != 0.0:
+            return x - x            # nan: the caller hands the call back
+        i = 0
+        for j in range(n):
+            y = partials[j]
+            if abs(x) < abs(y):
+                x, y = y, x
+            hi = x + y
+            if hi - hi != 0.0:
+                return hi           # the partial sums overflow: inf (handed back too)
+            lo = y - (hi - x)
+            if lo != 0.0:
+                partials[i] = lo
+                i += 1
+            x = hi
+        n = i
+        if x != 0.0:
+            partials[n] = x
+            n += 1
+    hi = 0.0
+    if n > 0:
+        n -= 1
+        hi = partials[n]
+        lo = 0.0
+        while n > 0:
+            x = hi
+            n -= 1
+            y = partials[n]
+            hi = x + y
+            lo = y - (hi - x)
+            if lo != 0.0:
+                break
+        # hi + lo is exactly halfway between two doubles only if the partials below
+        # do not push it one way: round half to even as fsum does.
+        if n > 0 and (lo < 0.0 and partials[n - 1] < 0.0 or
+                      lo > 0.0 and partials[n - 1] > 0.0):
+            y = lo * 2.0
+            x = hi + y
+            if y == x - hi:
+                hi = x
+    return hi
+
+
+# The fused function is straight-line code: one basic block, every name assigned once.
+# Numba's passes before type inference (SSA reconstruction, liveness, dead-code
+# analysis) cost, for each name assigned more than once, a walk over every block, and
+# per block a set of every live name: written with branches (an ``if`` per record for
+# a cotangent that may not reach it) and one ``bad``, ``ct``, ``g<slot>`` reassigned
+# per record, the compile took time and memory growing as the square of the program
+# (a degree-80 Horner polynomial, 161 records: 16 s, 640 MB).  So each choice a
+# record's backward pass makes is a call of one of these small functions (inlined by
+# LLVM, not by Numba: Numba sees one statement), each loop is inside one, and every
+# value has a name of its own.
+
+@numba.njit(error_model="numpy", cache=True)
+def _where(condition, x, y):
+    """``x if condition else y``; both already computed (pure float expressions:
+    evaluating the branch not taken changes nothing)."""
+    return x if condition else y
+
+
+@numba.njit(error_model="numpy", cache=True)
+def _add_to(live, reached, g, ct, bad):
+    """``(g, reached, bad)`` once ``ct`` is added to a scalar's cotangent ``g`` where
+    ``live`` (the first is kept as it is: None + ct is ct, where 0.0 + -0.0 would not
+    be -0.0), and the sum checked: ``bad`` is nan once one is not finite (nor then is
+    the sum, ``g`` being finite)."""
+    if live:
+        total = g + ct if reached else ct
+        return total, True, bad + total * 0.0
+    return g, reached, bad
+
+
+@numba.njit(error_model="numpy", cache=True)
+def _nan_safe(ct, g):
+    """A vjp's cotangent, 0 where the cotangent ``g`` it came from is 0 (NaN-safe as
+    the vjps are)."""
+    return 0.0 if ct != ct and g == 0.0 else ct
+
+
+# A stored gradient's cotangent, where ``live``: the gradient scaled in place by its
+# sum's cotangent ``g`` (the sum rule's vjp, from its form beside the rule,
+# SUM_COTANGENT_FORM; a cotangent of 1 leaves it as it is), then added into its leaf's
+# cotangent so far, ``total``, if one had ``reached`` it, else copied there: ``total``
+# is one of the leaf's buffers, the one whose cotangent the backward pass meets first,
+# and that one is scaled in place by ``_first_gradient``.  (The replay keeps the
+# first cotangent that reaches a leaf and adds the others into it: the same bits.)
+# ``bad`` nan once an element is not finite.  Written into the fused module's source
+# (compiled with it, from the form).
+_GRADIENT_SOURCE = f"""
+def _scaled(gradient, g):
+    check = 0.0
+    if g != 1.0:
+        for i in range(gradient.size):
+            scaled = {SUM_COTANGENT_FORM.format(x="gradient[i]", g="g")}
+            gradient[i] = scaled
+            check += scaled * 0.0
+    return check
+
+def _first_gradient(live, gradient, g, bad):
+    if not live:
+        return False, bad
+    return True, bad + _scaled(gradient, g)
+
+def _add_gradient(live, reached, total, gradient, g, bad):
+    if not live:
+        return reached, bad
+    check = _scaled(gradient, g)
+    if reached:
+        for i in range(total.size):
+            added = total[i] + gradient[i]
+            total[i] = added
+            check += added * 0.0
+    else:
+        for i in range(total.size):     # (a loop: total[:] = ... compiles for seconds)
+            total[i] = gradient[i]
+    return True, bad + check
+
+"""
