@@ -136,20 +136,17 @@ for _f in (np.max, np.amax, np.min, np.amin):
     _reduction(_f, _extremum_vjp)
 
 
-def _cumsum_rule(a, axis=None, dtype=None, out=None):
-    _reject("cumsum", out)
-    kwargs = {"axis": axis} if dtype is None else {"axis": axis, "dtype": dtype}
-    if constant_dtype("cumsum", dtype):
-        return constant(np.cumsum, (a,), kwargs)
-    return apply(np.cumsum, (_cumsum_vjp,), (a,), kwargs)
+def _cumulative(func, vjp):
+    """The rule of a cumulative reduction (``np.cumsum``, ``np.cumprod``)."""
+    name = func.__name__
 
-
-def _cumprod_rule(a, axis=None, dtype=None, out=None):
-    _reject("cumprod", out)
-    kwargs = {"axis": axis} if dtype is None else {"axis": axis, "dtype": dtype}
-    if constant_dtype("cumprod", dtype):
-        return constant(np.cumprod, (a,), kwargs)
-    return apply(np.cumprod, (_cumprod_vjp,), (a,), kwargs)
+    def rule(a, axis=None, dtype=None, out=None):
+        _reject(name, out)
+        kwargs = {"axis": axis} if dtype is None else {"axis": axis, "dtype": dtype}
+        if constant_dtype(name, dtype):
+            return constant(func, (a,), kwargs)
+        return apply(func, (vjp,), (a,), kwargs)
+    return rule
 
 
 def _var_rule(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **unsupported):
@@ -168,7 +165,7 @@ def _std_rule(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **unsu
     return np.sqrt(_var_rule(a, axis=axis, ddof=ddof, keepdims=keepdims))
 
 
-defrule(np.cumsum, trace=_cumsum_rule)
-defrule(np.cumprod, trace=_cumprod_rule)
+defrule(np.cumsum, trace=_cumulative(np.cumsum, _cumsum_vjp))
+defrule(np.cumprod, trace=_cumulative(np.cumprod, _cumprod_vjp))
 defrule(np.var, trace=_var_rule)
 defrule(np.std, trace=_std_rule)
