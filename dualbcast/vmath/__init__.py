@@ -43,18 +43,27 @@ def _is_number(t):
     return isinstance(t, (types.Float, types.Integer, types.Boolean))
 
 
-def _unary_stand_in(math_fn, impl):
+def _unary_stand_in(math_fn, impl, python_fn, doc):
+    """What kernels call instead of ``math_fn``: ``impl`` on a float (an int or bool
+    converted to float64 first), ``python_fn`` when called from Python."""
     def stand_in(x, *base):
-        return math_fn(x, *base)        # (math.log takes a base too)
+        return python_fn(x, *base)      # (math.log takes a base too)
 
     @overload(stand_in, jit_options=_JIT_OPTIONS)
-    def vectorised(x):
+    def compiled(x):
         if isinstance(x, types.Float):
             return lambda x: impl(x)
         if _is_number(x):
             return lambda x: impl(np.float64(x))
         return None
+    _named(stand_in, math_fn.__name__, doc)
     return stand_in
+
+
+def _named(stand_in, name, doc):
+    stand_in.__name__ = stand_in.__qualname__ = name
+    stand_in.__module__ = __name__
+    stand_in.__doc__ = doc
 
 
 def _log_with_base(log_stand_in):
@@ -77,41 +86,23 @@ def _vectorised_pow(x, y):
     return None
 
 
-def _float_valued_stand_in(math_fn, np_fn):
-    def stand_in(x):
-        return np_fn(x)
-
-    @overload(stand_in, jit_options=_JIT_OPTIONS)
-    def float_valued(x):
-        if isinstance(x, types.Float):
-            return lambda x: np_fn(x)
-        if _is_number(x):
-            return lambda x: np_fn(np.float64(x))
-        return None
-    return stand_in
-
-
 #: ``math`` function returning an int in Numba -> its stand-in returning the float
 #: (NumPy's function); their dual rules are the table's piecewise-constant ones.
-FLOAT_VALUED = {fn: _float_valued_stand_in(fn, np_fn)
-                for fn, np_fn in ((math.floor, np.floor), (math.ceil, np.ceil),
-                                  (math.trunc, np.trunc))}
+FLOAT_VALUED = {
+    fn: _unary_stand_in(fn, np_fn, np_fn, f"``math.{fn.__name__}`` returning a float "
+                                          f"(``numpy.{fn.__name__}``).")
+    for fn, np_fn in ((math.floor, np.floor), (math.ceil, np.ceil), (math.trunc, np.trunc))}
 
 #: ``math`` function -> its vectorisable stand-in.
-STAND_INS = {fn: _unary_stand_in(fn, impl) for fn, impl in _IMPLEMENTATIONS.items()}
+STAND_INS = {fn: _unary_stand_in(fn, impl, fn, f"``math.{fn.__name__}``, vectorisable "
+                                               f"inside kernels.")
+             for fn, impl in _IMPLEMENTATIONS.items()}
 #: unary stand-in -> the vmath function it calls on a float (a dual rule calls that
 #: directly: one overload less to compile).
 IMPLEMENTATION_OF = {STAND_INS[fn]: impl for fn, impl in _IMPLEMENTATIONS.items()}
 STAND_INS[math.pow] = _pow_stand_in
+_named(_pow_stand_in, "pow", "``math.pow``, vectorisable inside kernels.")
 _log_with_base(STAND_INS[math.log])
-for _fn, _stand_in in STAND_INS.items():
-    _stand_in.__name__ = _stand_in.__qualname__ = _fn.__name__
-    _stand_in.__module__ = __name__
-    _stand_in.__doc__ = f"``math.{_fn.__name__}``, vectorisable inside kernels."
-for _fn, _stand_in in FLOAT_VALUED.items():
-    _stand_in.__name__ = _stand_in.__qualname__ = _fn.__name__
-    _stand_in.__module__ = __name__
-    _stand_in.__doc__ = f"``math.{_fn.__name__}`` returning a float (``numpy.{_fn.__name__}``)."
 
 
 def _math_module(name, doc, stand_ins):
