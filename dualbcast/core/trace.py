@@ -6,6 +6,7 @@ import threading
 
 import numpy as np
 
+from ..buffers import refuse_overlapping_out
 from ..positions import argument_positions
 from .box import Box, snapshot
 from .pytree import LEAF, describe, flatten, flatten_like, unflatten
@@ -209,15 +210,7 @@ def gradient_targets(out, inputs, single, args=()):
         if np.may_share_memory(target, primal):
             raise ValueError("value_and_grad: an out array overlaps the argument it is the "
                              "gradient of")
-    given = [target for target in leaves if target is not None]
-    for k, target in enumerate(given):
-        if any(np.may_share_memory(target, other) for other in given[k + 1:]):
-            raise ValueError("value_and_grad: two out arrays overlap (each gradient needs "
-                             "its own array)")
-        for position, array in _argument_arrays(args):
-            if np.may_share_memory(target, array):
-                raise ValueError(f"value_and_grad: an out array overlaps argument {position} "
-                                 f"(it would be overwritten while it is read)")
+    refuse_overlapping_out("value_and_grad", leaves, _argument_arrays(args))
     return list(zip(boxes, leaves))
 
 

@@ -8,6 +8,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 from numba.core.errors import NumbaError
 
+from ..buffers import refuse_overlapping_out
 from ..config import config
 from .loops import ACCUMULATE, REGISTER, STORE
 from .threads import enter_parallel_region, leave_parallel_region
@@ -154,16 +155,8 @@ class PreparedCall:
             if not target.flags.writeable or not target.flags.c_contiguous:
                 raise ValueError(f"{name}.sum_and_partials: out must be writeable and "
                                  f"C-contiguous")
-        given = [target for target in out if target is not None]
-        for k, target in enumerate(given):
-            if any(np.may_share_memory(target, other) for other in given[k + 1:]):
-                raise ValueError(f"{name}.sum_and_partials: two out arrays overlap (each "
-                                 f"gradient needs its own array)")
-            for position, arg in enumerate(args):
-                if isinstance(arg, np.ndarray) and np.may_share_memory(target, arg):
-                    raise ValueError(f"{name}.sum_and_partials: an out array overlaps "
-                                     f"argument {position} (it would be overwritten while "
-                                     f"it is read)")
+        refuse_overlapping_out(f"{name}.sum_and_partials", out,
+                               ((i, a) for i, a in enumerate(args) if isinstance(a, np.ndarray)))
         return tuple(out)
 
     # ------------------------------------------------------------------ running the loop
