@@ -9,6 +9,13 @@ not the kernel's arity.
 Plain numbers meet duals through :meth:`DualType.unify` and a cast (a number is a
 dual with zero partials), which is what lets a kernel write ``y = 0.0`` and later
 ``y += x`` or return a constant on one branch and a dual on the other.
+
+Nested duals (second order, as ForwardDiff nests its duals): a dual's value type may
+itself be a dual, ``Dual(Dual(float64, 1), n)``: the inner partial is a tangent
+direction, the outer ``n`` partials the first derivatives, each carrying its own
+tangent, so the same rules give second derivatives (every rule's derivative formula is
+evaluated on the inner dual, differentiating it).  To a dual, a shallower dual is a
+constant like a number.
 """
 from numba import types
 from numba.core import cgutils
@@ -20,38 +27,72 @@ REAL = (types.Float, types.Integer, types.Boolean)
 
 
 class DualType(types.Type):
-    """``Dual(dtype, n)``: a ``dtype`` value and a ``UniTuple(dtype, n)`` of partials."""
+    """``Dual(dtype, n)``: a ``dtype`` value and a ``UniTuple(dtype, n)`` of partials
+    (``dtype`` a float type, or a dual type: a nested dual)."""
 
     def __init__(self, dtype, n):
-        if not isinstance(dtype, types.Float):
-            raise TypeError(f"a dual's value type must be a float type, not {dtype}")
+        if not isinstance(dtype, (types.Float, DualType)):
+            raise TypeError(f"a dual's value type must be a float or dual type, not {dtype}")
         self.dtype = dtype
         self.n = int(n)
+        #: 1 for a dual of floats, 2 for a dual of duals of floats...
+        self.depth = 1 + getattr(dtype, "depth", 0)
         super().__init__(name=f"Dual({dtype}, {self.n})")
 
     @property
     def partials_type(self):
         return types.UniTuple(self.dtype, self.n)
 
+    def is_constant(self, other):
+        """Whether ``other`` meets this dual as a constant: a number or a shallower dual."""
+        return isinstance(other, REAL) or (isinstance(other, DualType)
+                                           and other.depth < self.depth)
+
     def unify(self, typingctx, other):
         # Called when two control-flow paths (or a loop-carried variable) meet with
         # different types.  A plain number joins a dual as a dual with zero partials.
-        if isinstance(other, DualType) and other.n == self.n:
+        if isinstance(other, DualType) and other.n == self.n and other.depth == self.depth:
             return DualType(typingctx.unify_pairs(self.dtype, other.dtype), self.n)
-        if isinstance(other, REAL):
+        if self.is_constant(other):
             return DualType(typingctx.unify_pairs(self.dtype, as_float(other)), self.n)
         return None
 
     def can_convert_from(self, typingctx, other):
         # Lets a number be passed where a dual is expected (e.g. the other branch
         # of an ``if`` returning a constant): a safe conversion, no precision lost.
-        if isinstance(other, REAL) or (isinstance(other, DualType) and other.n == self.n):
+        if self.is_constant(other) or (isinstance(other, DualType) and other.n == self.n
+                                       and other.depth == self.depth):
             return types.Conversion.safe
         return None
 
 
 def as_float(ty):
-    return ty if isinstance(ty, types.Float) else types.float64
+    """The type a value of type ``ty`` is computed in: a float or a dual type as it is,
+    an integer or bool as float64."""
+    return ty if isinstance(ty, (types.Float, DualType)) else types.float64
+
+
+def zero_of(context, builder, ty):
+    """Codegen: the zero of a float or dual type."""
+    if isinstance(ty, DualType):
+        return build_dual(context, builder, ty, zero_of(context, builder, ty.dtype),
+                          [zero_of(context, builder, ty.dtype)] * ty.n)
+    return context.get_constant(ty, 0.0)
+
+
+def fields(context, builder, ty, value):
+    """Codegen: the value and the list of partials of a dual."""
+    proxy = cgutils.create_struct_proxy(ty)(context, builder, value=value)
+    parts = proxy.parts
+    return proxy.val, [builder.extract_value(parts, i) for i in range(ty.n)]
+
+
+def element_type(value, parts_dtype):
+    """The value type of a dual made of a ``value`` and partials of ``parts_dtype``: the
+    value's (a number's float type), as deep as the deeper of the two."""
+    if isinstance(value, DualType) or not isinstance(parts_dtype, DualType):
+        return as_float(value)
+    return DualType(element_type(value, parts_dtype.dtype), parts_dtype.n)
 
 
 @register_model(DualType)
@@ -80,10 +121,10 @@ def make_dual(typingctx, value, parts):
     The partials are cast to the value's type, so a rule may compute a derivative
     in a wider type than its value (a float64 literal times a float32 value).
     """
-    if not (isinstance(value, REAL) and isinstance(parts, types.UniTuple)
-            and isinstance(parts.dtype, REAL)):
+    if not (isinstance(value, REAL + (DualType,)) and isinstance(parts, types.UniTuple)
+            and isinstance(parts.dtype, REAL + (DualType,))):
         return None
-    dtype = as_float(value)
+    dtype = element_type(value, parts.dtype)
     dualty = DualType(dtype, parts.count)
 
     def codegen(context, builder, sig, args):
@@ -101,17 +142,18 @@ def make_dual(typingctx, value, parts):
 @lower_cast(types.Boolean, DualType)
 def _number_to_dual(context, builder, fromty, toty, val):
     value = context.cast(builder, val, fromty, toty.dtype)
-    zero = context.get_constant(toty.dtype, 0.0)
+    zero = zero_of(context, builder, toty.dtype)
     return build_dual(context, builder, toty, value, [zero] * toty.n)
 
 
 @lower_cast(DualType, DualType)
 def _dual_to_dual(context, builder, fromty, toty, val):
-    src = cgutils.create_struct_proxy(fromty)(context, builder, value=val)
-    value = context.cast(builder, src.val, fromty.dtype, toty.dtype)
-    parts = [context.cast(builder, builder.extract_value(src.parts, i), fromty.dtype, toty.dtype)
-             for i in range(fromty.n)]
-    return build_dual(context, builder, toty, value, parts)
+    if fromty.depth < toty.depth:       # a shallower dual is a constant
+        return _number_to_dual(context, builder, fromty, toty, val)
+    value, parts = fields(context, builder, fromty, val)
+    parts = [context.cast(builder, p, fromty.dtype, toty.dtype) for p in parts]
+    return build_dual(context, builder, toty, context.cast(builder, value, fromty.dtype,
+                                                           toty.dtype), parts)
 
 
 @intrinsic

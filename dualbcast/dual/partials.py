@@ -15,7 +15,12 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .dualtype import REAL, DualType, as_float
+from .dualtype import REAL, DualType, as_float, build_dual, fields, zero_of
+
+# Nested duals (second order): a partial may itself be a dual.  Each operation below
+# then applies to its value and partials recursively, products by the product rule with
+# NaN-safe products of the components, so a zero meeting an infinity gives 0 at every
+# order (a dual partial that is all zeros times anything is all zeros).
 
 
 def _elements(context, builder, tupty, tup, dtype):
@@ -25,6 +30,8 @@ def _elements(context, builder, tupty, tup, dtype):
 
 def _derivative_is_zero(context, builder, dtype, derivative):
     # Compared once per chain-rule product, not once per partial.
+    if isinstance(dtype, DualType):
+        return None                     # (the components are compared, recursively)
     return builder.fcmp_ordered("==", derivative, context.get_constant(dtype, 0.0))
 
 
@@ -32,19 +39,47 @@ def _safe_product(context, builder, dtype, partial, derivative, derivative_is_ze
     # 0 if the partial is 0; the derivative itself (a signed zero) if it is 0; else the
     # product.  Written so that LLVM folds it where a partial is a known constant (a
     # seed's 1 or 0): select(d == 0, d, 1 * d) is d, so those products cost nothing.
+    if isinstance(dtype, DualType):
+        return _dual_product(context, builder, dtype, partial, derivative)
     zero = context.get_constant(dtype, 0.0)
     product = builder.select(derivative_is_zero, derivative, builder.fmul(partial, derivative))
     return builder.select(builder.fcmp_ordered("==", partial, zero), zero, product)
 
 
+def _dual_product(context, builder, dtype, a, b):
+    # (a0 + a') (b0 + b') = a0 b0 + (a0 b' + a' b0), each product NaN-safe
+    inner = dtype.dtype
+    av, aparts = fields(context, builder, dtype, a)
+    bv, bparts = fields(context, builder, dtype, b)
+    bv_is_zero = _derivative_is_zero(context, builder, inner, bv)
+    parts = [_plain(context, builder, inner, "fadd",
+                    _safe_product(context, builder, inner, av, bp,
+                                  _derivative_is_zero(context, builder, inner, bp)),
+                    _safe_product(context, builder, inner, ap, bv, bv_is_zero))
+             for ap, bp in zip(aparts, bparts)]
+    return build_dual(context, builder, dtype,
+                      _safe_product(context, builder, inner, av, bv, bv_is_zero), parts)
+
+
+def _plain(context, builder, dtype, op_name, *operands):
+    """``fadd``, ``fsub`` or ``fneg`` of floats, or of duals component by component."""
+    if not isinstance(dtype, DualType):
+        return getattr(builder, op_name)(*operands)
+    split = [fields(context, builder, dtype, x) for x in operands]
+    value = _plain(context, builder, dtype.dtype, op_name, *(v for v, _ in split))
+    parts = [_plain(context, builder, dtype.dtype, op_name, *components)
+             for components in zip(*(p for _, p in split))]
+    return build_dual(context, builder, dtype, value, parts)
+
+
 def _is_partials(ty):
-    return isinstance(ty, types.UniTuple) and isinstance(ty.dtype, types.Float)
+    return isinstance(ty, types.UniTuple) and isinstance(ty.dtype, (types.Float, DualType))
 
 
 @intrinsic
 def scale(typingctx, parts, d):
     """``parts * d``, NaN-safe (0 where a partial or ``d`` is 0)."""
-    if not (_is_partials(parts) and isinstance(d, REAL)):
+    if not (_is_partials(parts) and isinstance(d, REAL + (DualType,))):
         return None
     dtype = typingctx.unify_pairs(parts.dtype, as_float(d))
     rettype = types.UniTuple(dtype, parts.count)
@@ -63,8 +98,9 @@ def scale(typingctx, parts, d):
 @intrinsic
 def lincomb(typingctx, pa, da, pb, db):
     """``pa * da + pb * db``, each product NaN-safe (the two-argument chain rule)."""
+    real = REAL + (DualType,)
     if not (_is_partials(pa) and _is_partials(pb) and pa.count == pb.count
-            and isinstance(da, REAL) and isinstance(db, REAL)):
+            and isinstance(da, real) and isinstance(db, real)):
         return None
     dtype = typingctx.unify_types(pa.dtype, pb.dtype, as_float(da), as_float(db))
     rettype = types.UniTuple(dtype, pa.count)
@@ -78,8 +114,9 @@ def lincomb(typingctx, pa, da, pb, db):
         out = []
         for ai, bi in zip(_elements(context, builder, pa, a, dtype),
                           _elements(context, builder, pb, b, dtype)):
-            out.append(builder.fadd(_safe_product(context, builder, dtype, ai, dav, da_is_zero),
-                                    _safe_product(context, builder, dtype, bi, dbv, db_is_zero)))
+            out.append(_plain(context, builder, dtype, "fadd",
+                              _safe_product(context, builder, dtype, ai, dav, da_is_zero),
+                              _safe_product(context, builder, dtype, bi, dbv, db_is_zero)))
         return context.make_tuple(builder, rettype, out)
 
     return rettype(pa, da, pb, db), codegen
@@ -94,8 +131,7 @@ def _make_pairwise(op_name):
         rettype = types.UniTuple(dtype, pa.count)
 
         def codegen(context, builder, sig, args):
-            op = getattr(builder, op_name)
-            out = [op(ai, bi) for ai, bi in zip(_elements(context, builder, pa, args[0], dtype),
+            out = [_plain(context, builder, dtype, op_name, ai, bi) for ai, bi in zip(_elements(context, builder, pa, args[0], dtype),
                                                 _elements(context, builder, pb, args[1], dtype))]
             return context.make_tuple(builder, rettype, out)
 
@@ -117,7 +153,8 @@ def neg(typingctx, parts):
         return None
 
     def codegen(context, builder, sig, args):
-        out = [builder.fneg(pi) for pi in _elements(context, builder, parts, args[0], parts.dtype)]
+        out = [_plain(context, builder, parts.dtype, "fneg", pi)
+               for pi in _elements(context, builder, parts, args[0], parts.dtype)]
         return context.make_tuple(builder, parts, out)
 
     return parts(parts), codegen
@@ -130,7 +167,7 @@ def zeros(typingctx, parts):
         return None
 
     def codegen(context, builder, sig, args):
-        zero = context.get_constant(parts.dtype, 0.0)
+        zero = zero_of(context, builder, parts.dtype)
         return context.make_tuple(builder, parts, [zero] * parts.count)
 
     return parts(parts), codegen
@@ -146,7 +183,7 @@ def partials_of(typingctx, x, like):
         return x.partials_type(x, like), codegen
     if isinstance(x, REAL) and _is_partials(like):
         def codegen(context, builder, sig, args):
-            zero = context.get_constant(like.dtype, 0.0)
+            zero = zero_of(context, builder, like.dtype)
             return context.make_tuple(builder, like, [zero] * like.count)
         return like(x, like), codegen
     return None

@@ -9,8 +9,9 @@ import numba
 from . import partials as P
 from ..vmath import FLOAT_VALUED, IMPLEMENTATION_OF, STAND_INS, with_vector_math
 from .dualtype import REAL, DualType, make_dual, value_of
-from .table import (BINARY, NUMPY_BINARY, NUMPY_EXPRESSIONS, NUMPY_UNARY,
-                    PIECEWISE_CONSTANT_BINARY, PIECEWISE_CONSTANT_UNARY, PREDICATES, UNARY)
+from .table import (BINARY, NUMPY_BINARY, NUMPY_EXPRESSIONS, NUMPY_PIECEWISE_CONSTANT,
+                    NUMPY_UNARY, PIECEWISE_CONSTANT_BINARY, PIECEWISE_CONSTANT_UNARY,
+                    PREDICATES, UNARY)
 
 #: Rules divide by zero on purpose (d log at 0 is +inf): NumPy's error model.  Forced
 #: inlining: a kernel loop is only vectorised when every call in it is inlined.
@@ -40,22 +41,27 @@ def mixed_case(x, y):
     "nd" (number, dual), or None when no dual is involved."""
     if not (is_dual(x, y) and is_dual_or_real(x, y)):
         return None
-    if isinstance(x, DualType) and isinstance(y, DualType):
+    if isinstance(x, DualType) and isinstance(y, DualType) and x.depth == y.depth:
         return "dd"
-    return "dn" if isinstance(x, DualType) else "nd"
+    # (of two nested duals, the shallower is a constant to the deeper)
+    return "dn" if getattr(x, "depth", 0) > getattr(y, "depth", 0) else "nd"
 
 
 def unary_rule(fn, derivative, value=None):
     """``fn``'s rule for a dual: ``value(x)`` (``fn`` itself by default) on the value,
-    ``derivative(x, y)`` times the partials."""
+    ``derivative(x, y)`` times the partials.  On a nested dual both are evaluated on
+    the inner dual (``value`` through ``fn``'s own rule): the derivative formula is
+    differentiated too, which gives the second derivative."""
     derivative = jit_rule(derivative)
     value = fn if value is None else value
 
     @overload(fn)
     def rule(x):
         if isinstance(x, DualType):
+            f = fn if isinstance(x.dtype, DualType) else value
+
             def impl(x):
-                y = value(x.val)
+                y = f(x.val)
                 return make_dual(y, P.scale(x.parts, derivative(x.val, y)))
             return impl
         return None
@@ -159,6 +165,8 @@ def register_all():
         piecewise_constant_unary(FLOAT_VALUED[fn], value_fn)    # (what kernels call)
     for fn, value_fn in PIECEWISE_CONSTANT_BINARY.items():
         piecewise_constant_binary(fn, value_fn)
+    for fn in NUMPY_PIECEWISE_CONSTANT:
+        piecewise_constant_unary(fn, fn)
     for fn in PREDICATES:
         predicate(fn)
     for np_fn, fn in NUMPY_UNARY.items():

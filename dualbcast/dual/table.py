@@ -155,6 +155,9 @@ NUMPY_EXPRESSIONS = (_np_maximum, _np_minimum, _square, _reciprocal)
 #: call ``dualbcast.vmath``'s float-valued stand-ins for plain floats too).
 PIECEWISE_CONSTANT_UNARY = {math.floor: np.floor, math.ceil: np.ceil, math.trunc: np.trunc}
 PIECEWISE_CONSTANT_BINARY = {operator.floordiv: operator.floordiv}
+#: NumPy's own piecewise-constant functions (which the formulas above call: a nested
+#: dual differentiates the formulas too, second order).
+NUMPY_PIECEWISE_CONSTANT = (np.sign, np.rint)
 
 #: Predicates look at the value only.
 PREDICATES = (math.isnan, math.isinf, math.isfinite)

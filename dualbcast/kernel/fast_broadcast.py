@@ -1,6 +1,7 @@
 """``@fast_broadcast``: a scalar Python function compiled into fused array loops."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
@@ -17,8 +18,9 @@ from ..vmath import with_vector_math
 from .arguments import plan_call, signature_key
 from .cache import kernel_fingerprint
 from .dependencies import Dependencies, FrozenDependencyChanged, refresh_helper
-from .loops import ACCUMULATE, REGISTER, STORE, LoopSpec, compile_loop
+from .loops import ACCUMULATE, REGISTER, STORE, TANGENT_MODES, LoopSpec, compile_loop
 from .prepared import PreparedCall
+from .tangents import TangentCall
 from ..positions import argument_positions
 from .tracing import hook, traced
 
@@ -36,7 +38,10 @@ class FastBroadcast:
 
     Create with :func:`fast_broadcast`.  ``k(*args)`` maps, ``k.sum(*args)`` sums,
     ``k.value_and_partials(*args, wrt=...)`` and ``k.sum_and_partials(*args, wrt=...)``
-    add forward-mode derivatives with respect to the ``wrt`` arguments only.
+    add forward-mode derivatives with respect to the ``wrt`` arguments only;
+    ``k.jvp(*args, tangents=...)`` and ``k.sum_jvp`` a directional derivative, and
+    ``tangents=`` on the partials methods second derivatives along it (nested duals):
+    each of these is one loop.
     """
 
     def __init__(self, py_func: Callable, *, fastmath: bool = False, libm: bool = False):
@@ -134,25 +139,130 @@ class FastBroadcast:
         args = self._bind(args, kwargs)
         return self.prepare("sum", args).sum(args)
 
-    def value_and_partials(self, *args: Any, wrt: Wrt = 0, **kwargs: Any) -> tuple[Any, Any]:
+    def value_and_partials(self, *args: Any, wrt: Wrt = 0, tangents: dict | None = None,
+                           **kwargs: Any) -> tuple:
         """Values and the partials with respect to the ``wrt`` arguments, each at the
-        broadcast shape.  ``wrt`` an int gives one partials array, a tuple a tuple."""
+        broadcast shape.  ``wrt`` an int gives one partials array, a tuple a tuple.
+
+        With ``tangents`` (``{argument: tangent}``, as :meth:`jvp`), second order from
+        the same one loop: ``(value, value_tangent, partials, partial_tangents)``,
+        ``partial_tangents`` (like ``partials``) the partials' directional derivatives
+        along the tangents: sum over j of d2k/(d wrt d arg_j) * t_j.
+
+        >>> import math, numpy as np, dualbcast as db
+        >>> @db.fast_broadcast
+        ... def f(x, y):
+        ...     return x * x * y
+        >>> v, vt, p, pt = f.value_and_partials(np.array([1.0, 2.0]), 3.0, wrt=0,
+        ...                                     tangents={0: 1.0})
+        >>> p, pt                           # 2xy and d/dx (2xy) = 2y
+        (array([ 6., 12.]), array([6., 6.]))
+        """
         args = self._bind(args, kwargs)
         if traced(args):
             self._refuse_traced("value_and_partials", "{}(...)")
+        if tangents is not None:
+            single = type(wrt) is int
+            positions, values = self._tangents(tangents)
+            value, tangent, partials, partial_tangents = self.prepare(
+                "partials_tangent", args, (wrt, positions)).partials_tangent(args, values)
+            if single:
+                return value, tangent, partials[0], partial_tangents[0]
+            return value, tangent, partials, partial_tangents
         return self.prepare("partials", args, wrt).value_and_partials(args)
 
     def sum_and_partials(self, *args: Any, wrt: Wrt = 0, out: Any = None,
-                         **kwargs: Any) -> tuple[Any, Any]:
+                         tangents: dict | None = None, **kwargs: Any) -> tuple:
         """``sum(k(*args))`` and its gradient with respect to each ``wrt`` argument, at
         that argument's own shape and dtype.  A broadcast argument's gradient is
         reduced inside the loop: no temporary of the broadcast size is allocated.
         ``out`` (an array, or a tuple with one array or None per ``wrt`` argument)
-        receives the gradients instead of new arrays: repeated calls allocate nothing."""
+        receives the gradients instead of new arrays: repeated calls allocate nothing.
+
+        With ``tangents`` (``{argument: tangent}``, as :meth:`sum_jvp`), second order
+        from the same one loop: ``(total, total_tangent, gradients,
+        gradient_tangents)``, each gradient tangent reduced like its gradient: with
+        the tangent ``v`` of ``x``, the Hessian-vector product of the sum.
+
+        >>> import math, numpy as np, dualbcast as db
+        >>> @db.fast_broadcast
+        ... def rho(r):
+        ...     return math.exp(-3.0 * (r + 1.0))
+        >>> x, v = np.array([0.0, 0.5]), np.array([1.0, -1.0])
+        >>> s, st, g, hv = rho.sum_and_partials(x, tangents={0: v})
+        >>> bool(np.allclose(hv, 9.0 * rho(x) * v))
+        True
+        """
         args = self._bind(args, kwargs)
         if traced(args):
             self._refuse_traced("sum_and_partials", "{}.sum(...)")
+        if tangents is not None:
+            if out is not None:
+                raise TypeError(f"{self.__name__}.sum_and_partials: out= is not supported "
+                                f"with tangents=")
+            single = type(wrt) is int
+            positions, values = self._tangents(tangents)
+            total, tangent, gradients, gradient_tangents = self.prepare(
+                "sum_partials_tangent", args, (wrt, positions)).sum_partials_tangent(args, values)
+            if single:
+                return total, tangent, gradients[0], gradient_tangents[0]
+            return total, tangent, gradients, gradient_tangents
         return self.prepare("sum_partials", args, wrt).sum_and_partials(args, out)
+
+    def jvp(self, *args: Any, tangents: dict, **kwargs: Any) -> tuple[Any, Any]:
+        """Forward mode: ``(k(*args), value_tangent)``, the values and their directional
+        derivative ``sum over j of dk/darg_j * t_j``, both at the broadcast shape, from
+        one loop.  ``tangents``: ``{argument: tangent}``, each argument a position or
+        a parameter name, each tangent a float or an array broadcastable to the
+        broadcast shape of ``args``; arguments not named have tangent 0.
+
+        >>> import math, numpy as np, dualbcast as db
+        >>> @db.fast_broadcast
+        ... def f(x, y):
+        ...     return x * math.sin(y)
+        >>> value, tangent = f.jvp(2.0, np.array([0.0, 1.0]), tangents={"y": 1.0})
+        >>> bool(np.allclose(tangent, 2.0 * np.cos([0.0, 1.0])))
+        True
+        """
+        args = self._bind(args, kwargs)
+        if traced(args):
+            self._refuse_traced("jvp", "{}(...)")
+        positions, values = self._tangents(tangents)
+        return self.prepare("tangent", args, positions).tangent(args, values)
+
+    def sum_jvp(self, *args: Any, tangents: dict, **kwargs: Any) -> tuple[Any, Any]:
+        """``(sum(k(*args)), its tangent)`` in one loop (see :meth:`jvp`).
+
+        >>> import numpy as np, dualbcast as db
+        >>> square = db.fast_broadcast(lambda x: x * x)
+        >>> square.sum_jvp(np.array([1.0, 2.0]), tangents={0: np.array([1.0, 0.5])})
+        (np.float64(5.0), np.float64(4.0))
+        """
+        args = self._bind(args, kwargs)
+        if traced(args):
+            self._refuse_traced("sum_jvp", "{}.sum(...)")
+        positions, values = self._tangents(tangents)
+        return self.prepare("sum_tangent", args, positions).sum_tangent(args, values)
+
+    def _tangents(self, tangents):
+        """``{argument: tangent}`` as (positions, tangents), in the order of the
+        arguments; a parameter name stands for its position."""
+        if not isinstance(tangents, dict) or not tangents:
+            raise TypeError(f"{self.__name__}: tangents must be a non-empty dict "
+                            f"{{argument position or name: tangent}}, not {tangents!r}")
+        names = list(self._signature.parameters)
+        positions = []
+        for key in tangents:
+            if isinstance(key, str):
+                if key not in names:
+                    raise ValueError(f"{self.__name__}: tangents name {key!r}, which is not "
+                                     f"a parameter (parameters: {names})")
+                key = names.index(key)
+            positions.append(key)
+        checked = argument_positions(positions, self._nparams, "tangents", self.__name__)[1]
+        order = sorted(range(len(checked)), key=checked.__getitem__)
+        values = list(tangents.values())
+        return tuple(checked[k] for k in order), tuple(values[k] for k in order)
 
     def _refuse_traced(self, method, instead):
         raise TypeError(
@@ -199,24 +309,32 @@ class FastBroadcast:
         return call
 
     def _make_prepared(self, mode, args, wrt):
+        if mode in TANGENT_MODES:
+            return TangentCall(self, mode, args, wrt)
         plan = plan_call(self.__name__, args)
         active, single = self._active(wrt, plan) if wrt is not None else ((), False)
-        own = [plan.described[i] for i in active]
+        spec = LoopSpec(mode, plan.kinds, active, plan.ndim, (), plan.dtype.name)
+        return self.prepared_call(spec, plan, single)
+
+    def prepared_call(self, spec, plan, single=False):
+        """The :class:`PreparedCall` of the loop for ``spec`` (its ``grad_kinds`` filled
+        in here) over calls planned as ``plan``."""
+        own = [plan.described[i] for i in spec.active]
         grad_kinds = ()
-        if mode == "sum_partials":
+        if spec.mode in ("sum_partials", "sum_partials_tangent"):
             grad_kinds = tuple(REGISTER if math.prod(shape) == 1 else
                                STORE if shape == plan.shape else ACCUMULATE
                                for shape, _, _ in own)
+            spec = dataclasses.replace(spec, grad_kinds=grad_kinds)
         gradients = tuple((kind, *own_spec) for kind, own_spec
                           in zip(grad_kinds or (None,) * len(own), own))
-        spec = LoopSpec(mode, plan.kinds, active, plan.ndim, grad_kinds, plan.dtype.name)
         self.current_generation()
         loop = self.loop(spec)
         # Threads may split the outermost loop unless two chunks would add into the
         # same element of a gradient (an argument broadcast along that loop).
         splittable = all(kind != ACCUMULATE or _outer_stride(plan, shape) != 0
                          for kind, shape, _, _ in gradients)
-        return PreparedCall(self, mode, loop, self.dependencies, plan, single, gradients,
+        return PreparedCall(self, spec.mode, loop, self.dependencies, plan, single, gradients,
                             splittable)
 
     def _active(self, wrt, plan):
@@ -243,10 +361,7 @@ class FastBroadcast:
     def _diagnose(self, spec, operands, err):
         """The error for a loop Numba could not compile: the scalar kernel type-checked
         alone for this spec's argument types names the problem best."""
-        float_t = getattr(types, spec.dtype)
-        n = len(spec.active)
-        argtypes = tuple(DualType(float_t, n) if i in spec.active else float_t
-                         for i in range(len(spec.kinds)))
+        argtypes = spec.argument_types()
         described = ", ".join(str(t) for t in argtypes)
         try:
             self.scalar_kernel.compile(argtypes)
@@ -268,11 +383,17 @@ _UNCACHEABLE = object()
 
 def _wrt_key(wrt):
     """``wrt`` as part of a cache key (plain ints only: ``True`` must not find the
-    entry of ``1`` and skip its validation)."""
+    entry of ``1`` and skip its validation); the tangent modes' ``(wrt, positions)``
+    too."""
     if type(wrt) is int or wrt is None:
         return wrt
-    if type(wrt) in (tuple, list) and _INT.issuperset(map(type, wrt)):
-        return (type(wrt), *wrt)
+    if type(wrt) in (tuple, list):
+        if _INT.issuperset(map(type, wrt)):
+            return (type(wrt), *wrt)
+        if len(wrt) == 2:
+            key = tuple(map(_wrt_key, wrt))
+            if _UNCACHEABLE not in key:
+                return (type(wrt), key)
     return _UNCACHEABLE
 
 

@@ -16,6 +16,18 @@ Modes:
                     (full-size argument) or accumulated through a zero-stride view
                     (an argument broadcast along some axes)
 
+Tangent modes (forward mode; the tangents of the ``tangents`` arguments are operands
+of the loop after the arguments, broadcast like them):
+  ``tangent``               values and their tangents: each ``tangents`` argument a
+                            ``Dual(float, 1)`` seeded with its tangent
+  ``sum_tangent``           the sum of the values and of the tangents
+  ``partials_tangent``      values, tangents, the partials w.r.t. the ``active``
+                            arguments and their tangents (second derivatives times the
+                            tangents): nested duals ``Dual(Dual(float, 1), n)``
+  ``sum_partials_tangent``  the sums and the gradients and their tangents, each
+                            gradient tangent reduced as its gradient (Hessian-vector
+                            products)
+
 Chunks: the outermost loop runs in chunks of ``rows`` iterations, and a loop call does
 the chunks ``lo <= c < hi``, so threads can share a call: ``parallel_loop``, compiled
 at the first call that splits, gives each of ``workers`` Numba threads a contiguous
@@ -36,11 +48,15 @@ from dataclasses import dataclass
 
 import numba
 
-from ..dual import make_dual, partials_of, value_of
+from ..dual import DualType, make_dual, partials_of, value_of
 from .arguments import ARRAY
 from .cache import load_loop
 
-MODES = ("map", "sum", "partials", "sum_partials")
+MODES = ("map", "sum", "partials", "sum_partials", "tangent", "sum_tangent",
+         "partials_tangent", "sum_partials_tangent")
+SUM_MODES = frozenset({"sum", "sum_partials", "sum_tangent", "sum_partials_tangent"})
+TANGENT_MODES = frozenset({"tangent", "sum_tangent", "partials_tangent",
+                           "sum_partials_tangent"})
 REGISTER, STORE, ACCUMULATE = "register", "store", "accumulate"
 
 
@@ -52,71 +68,138 @@ class LoopSpec:
     ndim: int = 1             # number of nested loops
     grad_kinds: tuple = ()    # sum_partials: per active argument REGISTER/STORE/ACCUMULATE
     dtype: str = "float64"    # compute dtype
+    tangents: tuple = ()      # tangent modes: the arguments with a tangent operand
 
     @property
     def n(self):
         return len(self.active)
 
+    @property
+    def nargs(self):
+        """The kernel's arguments (the tangents' operands follow them in ``kinds``)."""
+        return len(self.kinds) - len(self.tangents)
+
+    @property
+    def totals_width(self):
+        """Per chunk of a sum: the value (and its tangent) and each register gradient
+        (and its tangent)."""
+        registers = 1 + sum(kind == REGISTER for kind in self.grad_kinds)
+        return registers * (2 if self.mode in TANGENT_MODES else 1)
+
+    def argument_types(self):
+        """The Numba types the scalar kernel is called with in this loop."""
+        float_t = getattr(numba.types, self.dtype)
+        if self.mode in ("tangent", "sum_tangent"):
+            dual, duals = DualType(float_t, 1), self.tangents
+        elif self.mode in TANGENT_MODES:
+            dual = DualType(DualType(float_t, 1), self.n)
+            duals = set(self.active) | set(self.tangents)
+        else:
+            dual, duals = DualType(float_t, self.n), self.active
+        return tuple(dual if i in duals else float_t for i in range(self.nargs))
+
 
 def loop_source(spec):
     """The Python source of the loop function for ``spec`` (readable on purpose: it is
     what a user would write by hand for this call)."""
-    nargs = len(spec.kinds)
-    params = ["shape", "lo", "hi", "rows"] + [f"a{i}" for i in range(nargs)]
-    if spec.mode in ("map", "partials"):
-        params.append("out")
-    if spec.mode == "partials":
-        params.append("pout")
-    if spec.mode == "sum_partials":
-        params += [f"g{j}" for j, kind in enumerate(spec.grad_kinds) if kind != REGISTER]
-    if spec.mode in ("sum", "sum_partials"):
+    mode, nargs = spec.mode, spec.nargs
+    second = mode in ("partials_tangent", "sum_partials_tangent")
+    # Output channels: the value (0) and, in the tangent modes, its tangent (1); each
+    # partial likewise.
+    channels = 2 if mode in TANGENT_MODES else 1
+    differentiates = mode in ("partials", "sum_partials") or second
+    params = ["shape", "lo", "hi", "rows"] + [f"a{m}" for m in range(len(spec.kinds))]
+    if mode not in SUM_MODES:
+        params += ["out", "tout"][:channels]
+        if differentiates:
+            params += ["pout", "ptout"][:channels]
+    else:
+        for name in "gh"[:channels]:
+            params += [f"{name}{j}" for j, kind in enumerate(spec.grad_kinds) if kind != REGISTER]
         params += ["totals", "scratch"]
 
     head, body, chunk_tail = [], [], []
     index = ", ".join(f"i{d}" for d in range(spec.ndim))
     flat = {0: "0", 1: "i0"}.get(spec.ndim, "k")       # position in the C-ordered output
     local = {0: "0", 1: "i0 - u0"}.get(spec.ndim, "k - k0")      # position in the chunk
-    for j, i in enumerate(spec.active):
-        unit = ", ".join("_f(1.0)" if m == j else "_f(0.0)" for m in range(spec.n))
+
+    def operand(m):
+        """The value of operand ``m`` (an argument or a tangent), and whether it is read
+        in the loop (an array) rather than once before it."""
+        if spec.kinds[m] == ARRAY:
+            return f"_f(a{m}[{index}])", True
+        head.append(f"c{m} = _f(a{m})")
+        return f"c{m}", False
+
+    if channels == 2:
+        head.append("zt = (_f(0.0),)")       # a tangent's zero partials
+    if second:
+        # Nested duals: the inner partial is the tangent, the outer ones the partials
+        # (each seed partial a constant inner dual).
+        head += ["one = _dual(_f(1.0), zt)", "zero = _dual(_f(0.0), zt)",
+                 f"seedz = ({'zero, ' * spec.n})"]
+        seeds = [", ".join("one" if m == j else "zero" for m in range(spec.n))
+                 for j in range(spec.n)]
+    else:
+        seeds = [", ".join("_f(1.0)" if m == j else "_f(0.0)" for m in range(spec.n))
+                 for j in range(spec.n)]
+    for j, unit in enumerate(seeds):
         head.append(f"seed{j} = ({unit},)")
     call = []
-    for i, kind in enumerate(spec.kinds):
-        value = f"_f(a{i}[{index}])" if kind == ARRAY else f"c{i}"
-        if kind != ARRAY:
-            head.append(f"c{i} = _f(a{i})")
-        if i in spec.active:
-            j = spec.active.index(i)
-            if kind == ARRAY:
-                value = f"_dual({value}, seed{j})"
-            else:
-                head.append(f"d{i} = _dual(c{i}, seed{j})")
-                value = f"d{i}"
-        call.append(value)
+    for i in range(nargs):
+        value, varies = operand(i)
+        if i in spec.tangents:
+            tangent, tangent_varies = operand(nargs + spec.tangents.index(i))
+            varies |= tangent_varies
+        if mode in ("partials", "sum_partials"):
+            dual = f"_dual({value}, seed{spec.active.index(i)})" if i in spec.active else None
+        elif not second:
+            dual = f"_dual({value}, ({tangent},))" if i in spec.tangents else None
+        elif i in spec.active or i in spec.tangents:
+            inner = f"_dual({value}, ({tangent},))" if i in spec.tangents else \
+                f"_dual({value}, zt)"
+            outer = f"seed{spec.active.index(i)}" if i in spec.active else "seedz"
+            dual = f"_dual({inner}, {outer})"
+        else:
+            dual = None
+        if dual is not None and not varies:      # seeded once, outside the loop
+            head.append(f"d{i} = {dual}")
+            dual = f"d{i}"
+        call.append(value if dual is None else dual)
     body.append(f"r = kernel({', '.join(call)})")
 
-    if spec.mode in ("map", "partials"):
-        body.append(f"out[{flat}] = _value(r)")
-    # Sums: the values (and register gradients) of a chunk go to a scratch row, then
-    # _sum adds each row up in an order fixed by the source (so the machine code LLVM
-    # picks for the loop cannot change the result).
-    if spec.mode in ("sum", "sum_partials"):
-        body.append(f"scratch[0, {local}] = _value(r)")
-        chunk_tail.append("totals[c, 0] = _sum(scratch[0], count)")
-    if spec.mode in ("partials", "sum_partials"):
-        body.append("p = _partials(r, seed0)")
-    if spec.mode == "partials":
-        body += [f"pout[{j}, {flat}] = p[{j}]" for j in range(spec.n)]
-    if spec.mode == "sum_partials":
-        registers = 0
-        for j, kind in enumerate(spec.grad_kinds):
-            if kind == REGISTER:
-                registers += 1
-                body.append(f"scratch[{registers}, {local}] = p[{j}]")
-                chunk_tail.append(f"totals[c, {registers}] = _sum(scratch[{registers}], count)")
-            elif kind == STORE:
-                body.append(f"g{j}[{flat}] = p[{j}]")
-            else:
-                body.append(f"g{j}[{index}] += p[{j}]")
+    # What each channel is, in terms of the kernel's result r and its partials p[j].
+    if second:
+        body.append("v = _value(r)")
+        values = ["_value(v)", "_partials(v, zt)[0]"]
+        partials = ["_value(p[{j}])", "_partials(p[{j}], zt)[0]"]
+        body.append("p = _partials(r, seedz)")
+    else:
+        values = ["_value(r)", "_partials(r, zt)[0]"][:channels]
+        partials = ["p[{j}]"]
+        if differentiates:
+            body.append("p = _partials(r, seed0)")
+    if mode not in SUM_MODES:
+        body += [f"{name}[{flat}] = {value}" for name, value in zip(("out", "tout"), values)]
+        if differentiates:
+            body += [f"{name}[{j}, {flat}] = {partial.format(j=j)}" for j in range(spec.n)
+                     for name, partial in zip(("pout", "ptout"), partials)]
+    else:
+        # Sums: the values (and register gradients) of a chunk go to scratch rows, then
+        # _sum adds each row up in an order fixed by the source (so the machine code
+        # LLVM picks for the loop cannot change the result).
+        rows = [*values]
+        for name, partial in zip("gh", partials):
+            for j, kind in enumerate(spec.grad_kinds):
+                if kind == REGISTER:
+                    rows.append(partial.format(j=j))
+                elif kind == STORE:
+                    body.append(f"{name}{j}[{flat}] = {partial.format(j=j)}")
+                else:
+                    body.append(f"{name}{j}[{index}] += {partial.format(j=j)}")
+        for row, value in enumerate(rows):
+            body.append(f"scratch[{row}, {local}] = {value}")
+            chunk_tail.append(f"totals[c, {row}] = _sum(scratch[{row}], count)")
 
     # One chunk is a function of its own (see "A chunk is a compiled function" above).
     chunk_params = ["c", "shape", "rows"] + params[4:]
@@ -133,7 +216,7 @@ def loop_source(spec):
     inner = " * ".join(f"shape[{d}]" for d in range(1, spec.ndim)) or "1"
     if spec.ndim >= 2:
         lines.append(f"{indent}k0 = k = _u(start * {inner})")
-    if spec.mode in ("sum", "sum_partials"):
+    if mode in SUM_MODES:
         lines.append(f"{indent}count = " + ("1" if spec.ndim == 0 else
                                             f"(stop - start) * {inner}"))
     for d in range(spec.ndim):

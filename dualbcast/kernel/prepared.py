@@ -10,7 +10,7 @@ from numba.core.errors import NumbaError
 
 from ..buffers import refuse_overlapping_out
 from ..config import config
-from .loops import ACCUMULATE, REGISTER, STORE
+from .loops import ACCUMULATE, REGISTER, STORE, SUM_MODES
 from .threads import enter_parallel_region, leave_parallel_region
 
 CHUNK_ELEMENTS = 1 << 12     # elements per chunk of a loop (the unit threads share)
@@ -61,12 +61,12 @@ class PreparedCall:
             self.rows = max(1, CHUNK_ELEMENTS // max(inner, 1))
             self.nchunks = -(-loop_shape[0] // self.rows)
         self.chunk_size = self.rows * inner         # elements per chunk
-        self.totals_width = 1 + sum(kind == REGISTER for kind, *_ in gradients)
+        self.totals_width = loop.spec.totals_width
         # The common case, every gradient stored whole in its own dtype: no bookkeeping.
         self.all_stored = all(kind == STORE and _storable(dtype) == dtype
                               for kind, _, dtype, _ in gradients)
         self.compiled = False   # the first run compiles (or loads) the loop: one thread
-        self.sums = mode in ("sum", "sum_partials")
+        self.sums = mode in SUM_MODES
 
     def sum_loop(self):
         """This sum-and-partials call as a :class:`SumLoop`, or None: another mode, or
@@ -106,6 +106,17 @@ class PreparedCall:
                      for j, (_, shape, dtype, _) in enumerate(self.gradients)]
             sums = self._run(args, tuple(g.reshape(-1) for g in grads))
             return self.scalar_type(sums[0]), (grads[0] if self.single else tuple(grads))
+        buffers, loop_buffers = self._gradient_buffers()
+        sums = self._run(args, tuple(loop_buffers))
+        grads = self._gradients(buffers, sums[1:])
+        if out is not None:
+            grads = [g if target is None else _copied_into(target, g)
+                     for g, target in zip(grads, out)]
+        return self.scalar_type(sums[0]), (grads[0] if self.single else tuple(grads))
+
+    def _gradient_buffers(self):
+        """Per gradient: the array it is made from (None for a register) and the
+        buffers the loop writes (not for a register)."""
         buffers, loop_buffers = [], []
         for kind, shape, dtype, _ in self.gradients:
             if kind == STORE:
@@ -116,8 +127,12 @@ class PreparedCall:
                 loop_buffers.append(self.plan.loop_view(buffers[-1]))
             else:
                 buffers.append(None)
-        sums = self._run(args, tuple(loop_buffers))
-        registers = iter(sums[1:])
+        return buffers, loop_buffers
+
+    def _gradients(self, buffers, register_sums):
+        """The gradients, each at its argument's shape and dtype, from the
+        ``_gradient_buffers`` the loop wrote and its register sums, in order."""
+        registers = iter(register_sums)
         grads = []
         for (kind, shape, dtype, is_array), buffer in zip(self.gradients, buffers):
             if kind == REGISTER:
@@ -127,10 +142,40 @@ class PreparedCall:
                     grads.append(dtype.type(next(registers)))   # a scalar argument
             else:
                 grads.append(buffer.astype(dtype, copy=False))
-        if out is not None:
-            grads = [g if target is None else _copied_into(target, g)
-                     for g, target in zip(grads, out)]
-        return self.scalar_type(sums[0]), (grads[0] if self.single else tuple(grads))
+        return grads
+
+    # The tangent modes: ``operands`` are the arguments followed by the tangents
+    # (see tangents.py); tuples of partials always.
+
+    def tangent(self, operands):
+        plan = self.plan
+        out, tout = np.empty((2,) + plan.shape, plan.dtype)
+        self._run(operands, (out.reshape(-1), tout.reshape(-1)))
+        return (out, tout) if plan.shape else (out[()], tout[()])
+
+    def sum_tangent(self, operands):
+        total, tangent = self._run(operands, ())
+        return self.scalar_type(total), self.scalar_type(tangent)
+
+    def partials_tangent(self, operands):
+        plan, n = self.plan, len(self.gradients)
+        out, tout = np.empty((2,) + plan.shape, plan.dtype)
+        parts = np.empty((2, n) + plan.shape, plan.dtype)
+        self._run(operands, (out.reshape(-1), tout.reshape(-1), parts[0].reshape(n, -1),
+                             parts[1].reshape(n, -1)))
+        if not plan.shape:
+            return out[()], tout[()], tuple(p[()] for p in parts[0]), \
+                tuple(p[()] for p in parts[1])
+        return out, tout, tuple(parts[0]), tuple(parts[1])
+
+    def sum_partials_tangent(self, operands):
+        buffers, loop_buffers = self._gradient_buffers()
+        tangent_buffers, tangent_loop_buffers = self._gradient_buffers()
+        sums = self._run(operands, tuple(loop_buffers + tangent_loop_buffers))
+        registers = (len(sums) - 2) // 2
+        return (self.scalar_type(sums[0]), self.scalar_type(sums[1]),
+                tuple(self._gradients(buffers, sums[2:2 + registers])),
+                tuple(self._gradients(tangent_buffers, sums[2 + registers:])))
 
     def _check_out(self, out, args):
         """``out`` as one entry per gradient, each None or an array to write into,
