@@ -198,17 +198,6 @@ def test_two_threads_take_gradients_independently():
     np.testing.assert_array_equal(results[3], np.full(1000, 12.0))
 
 
-def test_nested_grad_raises_not_implemented():
-    with pytest.raises(NotImplementedError, match="nested"):
-        db.grad(lambda x: db.grad(lambda y: x * y)(1.0))(2.0)
-    with pytest.raises(NotImplementedError, match="nested"):
-        db.grad(lambda x: db.grad(lambda y: y * y)(3.0) * x)(2.0)
-    _, pullback = db.vjp(np.sin, 1.0)
-    with pytest.raises(NotImplementedError):
-        db.grad(lambda x: pullback(x)[0])(1.0)
-    assert db.grad(lambda x: x * x)(3.0) == 6.0       # the failed traces left no state
-
-
 def test_escaped_box_cannot_be_used_later():
     leaked = []
     db.grad(lambda x: leaked.append(x) or x * 1.0)(1.0)

@@ -368,11 +368,15 @@ def test_memoised_computation_graph_and_fold_replay():
         assert counted.runs == 1
 
 
-def test_replaying_inside_another_trace_is_refused():
-    grad = db.jit(db.grad(lambda x: x * x))
+def test_a_jitted_gradient_differentiated_again():
+    """A jitted gradient called on traced values (inside grad, or inside another
+    jitted gradient) runs traced: second derivatives, replayed or not, are right."""
+    grad = db.jit(db.grad(lambda x: x * x * x))
     grad(1.0)
-    with pytest.raises(NotImplementedError, match="nested"):
-        db.jit(db.grad(lambda y: grad(y)))(1.0)
+    second = db.jit(db.grad(lambda y: grad(y)))
+    for y in (1.0, 2.0, -3.0, 2.0):
+        assert second(y) == 6.0 * y
+        assert db.grad(lambda y: grad(y))(y) == 6.0 * y
 
 
 @settings(max_examples=40, deadline=None)

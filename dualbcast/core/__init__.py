@@ -2,7 +2,7 @@
 ``grad``/``value_and_grad``/``vjp`` drivers.  No math here (see :mod:`dualbcast.rules`),
 and nothing of replay (see :mod:`dualbcast.jit`, which records through the tape's
 recorder hook)."""
-from .api import grad, stop_gradient, value_and_grad, vjp
+from .api import grad, jvp, stop_gradient, value_and_grad, vjp
 from .box import Box
 
-__all__ = ["Box", "grad", "stop_gradient", "value_and_grad", "vjp"]
+__all__ = ["Box", "grad", "jvp", "stop_gradient", "value_and_grad", "vjp"]

@@ -13,6 +13,7 @@ tells the tape's recorder, if it has one (:class:`.tape.Recorder`): whoever repl
 program must check those outcomes again.  The arithmetic operators' one-step path for
 scalar code is :mod:`.operators`; their general path is :func:`_operator` here.
 """
+import math
 import operator
 
 import numpy as np
@@ -20,7 +21,7 @@ import numpy as np
 from .operators import binary
 from .registry import (CONSTANTS, FUNCTION_RULES, SCALAR_LINEAR_PARTIALS, SCALAR_UFUNC_VJPS,
                        SHAPE_ONLY_FUNCTIONS, UFUNC_VJPS)
-from .tape import LinearRecord, Record, escape, raised
+from .tape import LinearRecord, Record, Traced, escape, raised
 
 _NO_KWARGS = {}
 
@@ -46,8 +47,35 @@ def trace_inputs(args, vjps=None):
                     raise RuntimeError("a traced value was used after its grad/vjp call "
                                        "returned; return it from the function instead")
             elif arg.tape is not tape:
-                raise ValueError("values traced by two different grad/vjp calls (or "
-                                 "threads) met in one operation")
+                return _nested_inputs(args, vjps)
+            if vjps is None or vjps[i] is not None:
+                parents += (arg.slot,)
+                argnums += (i,)
+            else:
+                others += ((i, arg.slot),)
+    return tape, values, parents, argnums, others
+
+
+def _nested_inputs(args, vjps):
+    """:func:`trace_inputs` where values of several traces meet: the innermost trace
+    (the highest level) records the operation, and the values of the others are
+    constants to it (they stay boxes in ``values``: computing on them records on
+    their own traces)."""
+    tapes = {id(arg.tape): arg.tape for arg in args if type(arg) is Box}.values()
+    for tape in tapes:
+        if tape.closed:
+            raise RuntimeError("a traced value was used after its grad/vjp call "
+                               "returned; return it from the function instead")
+    levels = sorted(tape.level for tape in tapes)
+    if len(set(levels)) != len(levels):
+        raise ValueError("values traced by two different grad/vjp calls (or threads) met "
+                         "in one operation")
+    tape = max(tapes, key=lambda tape: tape.level)
+    values = list(args)
+    parents = argnums = others = ()
+    for i, arg in enumerate(args):
+        if type(arg) is Box and arg.tape is tape:
+            values[i] = arg.value
             if vjps is None or vjps[i] is not None:
                 parents += (arg.slot,)
                 argnums += (i,)
@@ -255,7 +283,7 @@ def _operator(ufunc, op, x, y):
     values = tape.values
     slot = len(values)
     values.append(ans)
-    if type(ans) is not np.ndarray:
+    if type(ans) is not np.ndarray and type(ans) is not Box:
         linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
         if linear is not None:
             # x + y, x - y, x * y, x ** c on scalars: the local partials are cheap to
@@ -315,7 +343,7 @@ class NoGradientRule(NotImplementedError, AttributeError):
     still answer as for any object lacking the attribute."""
 
 
-class Box:
+class Box(Traced):
     """A traced float array or scalar inside ``grad``, ``value_and_grad`` or ``vjp``."""
 
     __slots__ = ("value", "slot", "tape")
@@ -382,10 +410,12 @@ class Box:
         return escape(self.tape, bool, (self,), _NO_KWARGS, result)
 
     # --------------------------------------------------------------- attributes
-    shape = property(lambda self: np.shape(self.value))
-    ndim = property(lambda self: np.ndim(self.value))
-    size = property(lambda self: np.size(self.value))
-    dtype = property(lambda self: np.result_type(self.value))
+    # (a value may itself be a box of an enclosing trace: asked, not np.shape'd)
+    shape = property(lambda self: getattr(self.value, "shape", ()))
+    ndim = property(lambda self: len(getattr(self.value, "shape", ())))
+    size = property(lambda self: math.prod(getattr(self.value, "shape", ())))
+    dtype = property(lambda self: self.value.dtype if type(self.value) is Box
+                     else np.result_type(self.value))
     T = property(lambda self: call_function(np.transpose, (self,), {}))
 
     def __len__(self):

@@ -14,6 +14,24 @@ FUNCTION_RULES = {}         # function -> its trace(*args, **kwargs)
 CONSTANTS = set()           # functions and ufuncs whose results are constants
 SHAPE_ONLY_FUNCTIONS = set()  # those of them that depend on shapes and dtypes only
 SCALAR_FORMS = {}           # ufunc -> its ScalarForm (the core only keeps it)
+JVP_RULES = {}              # a record's func -> jvp(tangents, ans, *args, **kwargs)
+DIAGONAL = set()            # funcs whose vjps are g times a local derivative, elementwise
+
+
+class BackwardOperations:
+    """The two operations a traced backward pass and a forward sweep perform on
+    cotangents and tangents themselves (:func:`.tape.traced_backward`), supplied by the
+    rules: ``product(g, local)``, the NaN-safe product of a cotangent (or tangent) and
+    a local partial; ``dense(sparse, primal)``, a :class:`.tape.SparseCotangent` as a
+    dense cotangent of ``primal``'s shape and dtype.  Both differentiable."""
+
+    __slots__ = ("product", "dense")
+
+    def __init__(self):
+        self.product = self.dense = None
+
+
+BACKWARD_OPERATIONS = BackwardOperations()
 
 
 class ScalarForm(NamedTuple):
@@ -30,8 +48,29 @@ class ScalarForm(NamedTuple):
     cotangents: Optional[tuple] = None
 
 
+def defjvp(func, jvp):
+    """Tell the forward mode how to push tangents through records of ``func`` (the
+    function a rule records: a ufunc, a NumPy function, or a rule's own closure):
+    ``jvp(tangents, ans, *args, **kwargs)``, ``tangents`` one per argument (None where
+    the argument is a constant or has no tangent), returns the output's tangent.
+    Without one, a record's tangent comes from its vjps: elementwise ones (ufuncs)
+    directly, any other by transposing the vjp (a reverse pass over it, slower)."""
+    JVP_RULES[func] = jvp
+
+
+def deflinear(*funcs):
+    """Each of ``funcs`` is linear in its differentiable arguments jointly (a reshape,
+    a sum, an index, a concatenation): its tangent is the function of the tangents,
+    a constant among those arguments as zeros, the others (shapes, indices) kept."""
+    for func in funcs:
+        JVP_RULES[func] = LINEAR
+
+
+LINEAR = "linear"           # a JVP_RULES entry: see deflinear
+
+
 def defrule(func, *, vjps=None, scalar_vjps=None, partials=None, form=None, trace=None,
-            constant=False, shape_only=False):
+            constant=False, shape_only=False, diagonal=None):
     """Tell the core how to trace ``func``.  One of:
 
     - ``vjps`` (a ufunc called on traced values, or reached through an operator): one
@@ -60,6 +99,8 @@ def defrule(func, *, vjps=None, scalar_vjps=None, partials=None, form=None, trac
     if shape_only and not constant:
         raise TypeError(f"defrule({func!r}): shape_only=True goes with constant=True")
     if vjps is not None:
+        if diagonal or diagonal is None and scalar_vjps is not None:
+            DIAGONAL.add(func)
         UFUNC_VJPS[func] = tuple(vjps)
         SCALAR_UFUNC_VJPS[func] = tuple(vjps if scalar_vjps is None else scalar_vjps)
         if partials is not None:

@@ -29,6 +29,7 @@ replay could redo.  See :class:`Recorder`.
 """
 import numpy as np
 
+from .registry import BACKWARD_OPERATIONS
 from .scatter import scatter_add
 
 
@@ -176,15 +177,33 @@ def raised(tape):
         tape.recorder.opaque(tape)
 
 
+class Traced:
+    """The base of traced values (:class:`dualbcast.core.box.Box`), so that the tape
+    can tell a traced seed from a plain one without knowing boxes."""
+
+    __slots__ = ()
+
+
 class Tape:
-    """One trace: the values of its slots and the records that produced them."""
+    """One trace: the values of its slots and the records that produced them.
+
+    ``level``: how deeply this trace is nested in others on its thread (1: the
+    outermost).  An operation on values of several traces is recorded on the one of
+    the highest level, the innermost: to it, the values of the others are constants
+    (which is what keeps nested derivatives apart: no perturbation confusion).
+    ``tangents``: None for a reverse-mode tape; for a forward-mode trace (``jvp``) the
+    tangent of each slot that has one, by slot, computed as each record is appended
+    (its ``records`` then compute, not keep: see :mod:`.forward`)."""
 
     __slots__ = ("values", "records", "closed", "single_use", "gradient_buffers",
-                 "recorder")
+                 "recorder", "level", "tangents", "outer")
 
-    def __init__(self, single_use, recorder=None):
+    def __init__(self, single_use, recorder=None, level=1):
         self.values = []        # primal value of each slot (shape and dtype of its gradient)
         self.records = []
+        self.level = level
+        self.tangents = None
+        self.outer = None       # the tape this thread records on when this one closes
         self.closed = False     # set when the traced function returns
         # A single-use tape (grad, value_and_grad) runs backward once, so rules may
         # overwrite buffers they saved in the forward pass; a vjp pullback may be
@@ -217,7 +236,12 @@ def backward(tape, seeds):
 
     Returns the list of cotangents by slot (None where nothing flowed).  Intermediate
     cotangents are dropped as soon as their record has been processed.
+
+    A nested tape (its values may be traced by an enclosing trace) or a traced seed
+    (a pullback differentiated) runs :func:`traced_backward` instead.
     """
+    if tape.level > 1 or any(isinstance(seed, Traced) for _, seed in seeds):
+        return traced_backward(tape, seeds)
     grads = [None] * len(tape.values)
     owned = bytearray(len(tape.values))   # 1 where grads[slot] is a buffer we may add into
     for slot, seed in seeds:
@@ -300,3 +324,41 @@ def accumulate(grads, owned, values, slot, ct):
         total = current + ct
         grads[slot] = total
         owned[slot] = type(total) is np.ndarray
+
+
+def traced_backward(tape, seeds):
+    """:func:`backward` as operations an enclosing trace can record: every product and
+    sum goes through the values' own NumPy dispatch (boxes record it, arrays compute
+    it), nothing is added into in place, and a sparse cotangent is made dense by a
+    traced scatter.  What makes derivatives of derivatives: the vjps of the rules
+    are themselves differentiable.  The product and the scatter are the rules'
+    (:data:`.registry.BACKWARD_OPERATIONS`)."""
+    product, dense = BACKWARD_OPERATIONS.product, BACKWARD_OPERATIONS.dense
+    values = tape.values
+    grads = [None] * len(values)
+
+    def add(slot, ct):
+        if type(ct) is SparseCotangent:
+            ct = dense(ct, values[slot])
+        current = grads[slot]
+        grads[slot] = ct if current is None else current + ct
+
+    for slot, seed in seeds:
+        add(slot, seed)
+    errors = ignore_float_errors()     # rules divide by zero on purpose (d log at 0)
+    try:
+        for record in reversed(tape.records):
+            g = grads[record.out]
+            if g is None:
+                continue
+            grads[record.out] = None
+            if type(record) is LinearRecord:
+                for slot, partial in zip(record.parents, record.partials):
+                    add(slot, product(g, partial))
+                continue
+            vjps, ans, args, kwargs = record.vjps, record.ans, record.args, record.kwargs
+            for slot, i in zip(record.parents, record.argnums):
+                add(slot, vjps[i](g, ans, *args, **kwargs))
+    finally:
+        restore_float_errors(errors)
+    return grads

@@ -10,6 +10,7 @@ from ..buffers import refuse_overlapping_out
 from ..positions import argument_positions
 from .box import Box, snapshot
 from .pytree import LEAF, describe, flatten, flatten_like, unflatten
+from .forward import start_forward
 from .tape import Tape, backward
 
 _current = threading.local()       # the tape being recorded on this thread, if any
@@ -26,18 +27,21 @@ def tracing_state():
     return _current
 
 
-def start_tracing(single_use, recorder=None):
-    if getattr(_current, "tape", None) is not None:
-        raise NotImplementedError("dualbcast: nested grad/value_and_grad/vjp calls (higher-order "
-                                  "derivatives) are not supported")
-    tape = Tape(single_use, recorder)
+def start_tracing(single_use, recorder=None, forward=False):
+    """A new tape for this thread, nested in those it is already recording on (its
+    level one above theirs); ``forward``: a forward-mode trace (see :mod:`.forward`)."""
+    outer = getattr(_current, "tape", None)
+    tape = Tape(single_use, recorder, 1 if outer is None else outer.level + 1)
+    if forward:
+        start_forward(tape)
+    tape.outer = outer
     _current.tape = tape
     return tape
 
 
 def stop_tracing(tape):
     tape.closed = True
-    _current.tape = None
+    _current.tape = tape.outer
 
 
 def name_of(f):
@@ -134,6 +138,11 @@ def trace_arguments(tape, args, positions, copy_arrays=False, rebuild=True):
     return traced, inputs
 
 
+def traced_leaf(tape, value):
+    """``value`` (a float or float array) boxed as a new leaf of ``tape``."""
+    return _new_leaf(tape, value, 0)
+
+
 def _new_leaf(tape, leaf, position):
     if type(leaf) is not float and (type(leaf) is not np.ndarray or leaf.dtype.kind != "f"):
         leaf = _checked_leaf(leaf, position)
@@ -168,8 +177,7 @@ def _checked_leaf(leaf, position):
     a plain view of its data: its gradient is a plain array, as NumPy's functions on it
     would compute), or an error saying why it cannot be."""
     if type(leaf) is Box:
-        raise NotImplementedError("dualbcast: differentiating with respect to a value that is "
-                                  "already traced (nested differentiation) is not supported")
+        return leaf                 # traced by an enclosing trace: a nested derivative
     if not isinstance(leaf, (float, np.floating, np.ndarray)) or isinstance(leaf, np.ndarray) \
             and leaf.dtype.kind != "f":
         dtype = getattr(leaf, "dtype", type(leaf).__name__)
@@ -230,7 +238,14 @@ def scalar_output(out, f, tape):
     real scalar."""
     if type(out) is Box and type(out.value) in SEED_FOR:      # the common case
         return out.value, ((out.slot, SEED_FOR[type(out.value)]),)
-    value = out.value if type(out) is Box else out
+    own = type(out) is Box and out.tape is tape
+    value = out.value if own else out
+    if type(value) is Box:          # traced by an enclosing trace (nested derivatives)
+        shape, dtype = value.shape, value.dtype
+        if shape != ():
+            raise TypeError(f"grad requires {name_of(f)} to return a scalar; it returned "
+                            f"an array of shape {shape} (sum it, or use vjp)")
+        return value, (((out.slot, dtype.type(1.0)),) if own else ())
     if not isinstance(value, (int, float, np.number, np.ndarray, np.bool_)) \
             or isinstance(value, complex):
         raise TypeError(f"grad requires {name_of(f)} to return a scalar; it returned a "
@@ -240,7 +255,7 @@ def scalar_output(out, f, tape):
                         f"of shape {np.shape(value)} (sum it, or use vjp)")
     if np.result_type(value).kind == "c":
         raise TypeError(f"grad requires a real output; {name_of(f)} returned a complex value")
-    if type(out) is not Box:
+    if not own:
         return value, ()
     return value, ((out.slot, np.result_type(value).type(1.0)),)
 
@@ -286,7 +301,9 @@ def gradient_like(primal, ct, handed_out):
     """``ct`` as a gradient of ``primal``: same type, shape and dtype, never a view of
     a buffer the caller might see twice (each array is handed out once)."""
     if type(primal) is float:
-        return 0.0 if ct is None else float(ct)
+        return 0.0 if ct is None else ct if type(ct) is Box else float(ct)
+    if type(primal) is Box or type(ct) is Box:
+        return _traced_gradient_like(primal, ct)
     dtype = primal.dtype
     if not isinstance(primal, np.ndarray):
         return dtype.type(0 if ct is None else ct)
@@ -302,3 +319,24 @@ def gradient_like(primal, ct, handed_out):
             handed_out.add(id(ct))
             return ct
     return np.array(ct, dtype=dtype)
+
+
+def _traced_gradient_like(primal, ct):
+    """:func:`gradient_like` where the primal or the cotangent is traced by an
+    enclosing trace (a derivative being differentiated)."""
+    shape, dtype = _shape_and_dtype(primal)
+    if ct is None:
+        return np.zeros(shape, dtype) if shape or isinstance(primal, np.ndarray) \
+            else dtype.type(0)
+    ct_shape, ct_dtype = _shape_and_dtype(ct)
+    if ct_shape != shape:
+        ct = np.broadcast_to(ct, shape)
+    if ct_dtype != dtype:
+        ct = ct.astype(dtype)
+    return ct
+
+
+def _shape_and_dtype(x):
+    if type(x) is Box:
+        return x.shape, x.dtype
+    return np.shape(x), np.result_type(x)

@@ -4,6 +4,9 @@ import math
 
 import numpy as np
 
+from ..core.box import Box, apply
+from ..core.registry import BACKWARD_OPERATIONS, deflinear, defrule
+from ..core.scatter import scatter_add
 from ..kernel.products import nan_safe_multiply
 
 
@@ -19,7 +22,7 @@ def unbroadcast(ct, shape):
     if ct_shape == shape:
         return ct
     if not shape:                   # to a scalar: one reduction (np.sum's wrapper is ~2 µs)
-        return np.add.reduce(ct, axis=None)
+        return np.add.reduce(ct, axis=None) if type(ct) is not Box else np.sum(ct)
     extra = len(ct_shape) - len(shape)
     axes = tuple(range(extra)) + tuple(
         extra + i for i, n in enumerate(shape) if n == 1 and ct_shape[extra + i] != 1)
@@ -32,6 +35,8 @@ def nan_safe(g, local, out=None):
     infinite or nan): a value that does not influence the output contributes nothing,
     and neither does a path with a zero partial on it (design.md §4, as the kernels'
     dual numbers do)."""
+    if type(g) is Box or type(local) is Box:
+        return apply(nan_safe_product, _NAN_SAFE_VJPS, (g, local))
     if out is None and type(g) is not np.ndarray and type(local) is not np.ndarray:
         # Scalars (the hot path of scalar code): Python's operator, ~10x cheaper than
         # a ufunc call, with the same NEP 50 result type.
@@ -61,6 +66,44 @@ def nan_safe(g, local, out=None):
 
 
 _FINITE_CHECKABLE = frozenset({float, int, np.float64, np.float32})
+
+
+def nan_safe_product(g, local):
+    """:func:`nan_safe` as a function of its own, recorded when a factor is traced (a
+    backward pass being differentiated): its derivatives are NaN-safe products too."""
+    return nan_safe(g, local)
+
+
+_NAN_SAFE_SCALAR_VJPS = (lambda g, ans, x, local: nan_safe(g, local),
+                         lambda g, ans, x, local: nan_safe(g, x))
+_NAN_SAFE_VJPS = (lambda g, ans, x, local: unbroadcast(nan_safe(g, local), shape_of(x)),
+                  lambda g, ans, x, local: unbroadcast(nan_safe(g, x), shape_of(local)))
+defrule(nan_safe_product, vjps=_NAN_SAFE_VJPS, scalar_vjps=_NAN_SAFE_SCALAR_VJPS)
+
+
+def dense_cotangent(sparse, primal):
+    """A :class:`SparseCotangent` of ``primal`` as a dense array of its shape and dtype
+    (recorded when its values are traced: a backward pass being differentiated)."""
+    shape = shape_of(primal)
+    dtype = primal.dtype if type(primal) is Box else np.result_type(primal)
+    return apply(_scattered, _SCATTERED_VJPS,
+                 (sparse.values, sparse.index, sparse.repeats, shape, dtype))
+
+
+def _scattered(values, index, repeats, shape, dtype):
+    buffer = np.zeros(shape, dtype)
+    if repeats:
+        scatter_add(buffer, index, values)
+    else:
+        buffer[index] += values
+    return buffer
+
+
+_SCATTERED_VJPS = (lambda g, ans, values, index, *_: unbroadcast(g[index], shape_of(values)),
+                   None, None, None, None)
+deflinear(_scattered)
+BACKWARD_OPERATIONS.product = nan_safe
+BACKWARD_OPERATIONS.dense = dense_cotangent
 
 
 def no_out(name, out):
