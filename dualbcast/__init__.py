@@ -1,10 +1,10 @@
 """dualbcast: fast gradients of array code built from scalar kernels."""
 from . import rules as _rules  # noqa: F401  (registers the gradient rules with the core)
 from .config import config
-from .core import grad, jvp, stop_gradient, value_and_grad, vjp
+from .core import grad, hessian, jacobian, jvp, stop_gradient, value_and_grad, vjp
 from .jit import jit
 from .kernel import FastBroadcast, FrozenDependencyChanged, KernelCompileError, fast_broadcast
 
 __all__ = ["FastBroadcast", "FrozenDependencyChanged", "KernelCompileError", "config",
-           "fast_broadcast", "grad", "jit", "jvp", "stop_gradient", "value_and_grad", "vjp"]
+           "fast_broadcast", "grad", "hessian", "jacobian", "jit", "jvp", "stop_gradient", "value_and_grad", "vjp"]
 __version__ = "0.1.0"

@@ -4,5 +4,6 @@ and nothing of replay (see :mod:`dualbcast.jit`, which records through the tape'
 recorder hook)."""
 from .api import grad, jvp, stop_gradient, value_and_grad, vjp
 from .box import Box
+from .matrices import hessian, jacobian
 
-__all__ = ["Box", "grad", "jvp", "stop_gradient", "value_and_grad", "vjp"]
+__all__ = ["Box", "grad", "hessian", "jacobian", "jvp", "stop_gradient", "value_and_grad", "vjp"]

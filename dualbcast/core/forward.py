@@ -11,7 +11,8 @@ A record's tangent comes from, in order:
 
 - a :class:`.tape.LinearRecord`: its partials times the parents' tangents;
 - the jvp registered for its function (:func:`.registry.defjvp`, or
-  :func:`.registry.deflinear`: the function of the tangents);
+  :func:`.registry.deflinear`: the function of the tangents), or the function's own
+  ``record_jvp`` method, of the same signature (a function object a rule makes);
 - an elementwise rule (:data:`.registry.DIAGONAL`, the ufuncs): the vjp is the
   cotangent times a local derivative, so the same vjp applied to the tangent is the
   tangent;
@@ -33,6 +34,17 @@ def start_forward(tape):
     """Make ``tape`` a forward-mode trace: tangents by slot, records swept."""
     tape.tangents = {}
     tape.records = TangentSweep(tape)
+
+
+def forward_result(tape, value, tangent):
+    """``value``, computed by a rule that found its tangent itself (a kernel's tangent
+    loop), as a box of the forward-mode ``tape``; ``tangent`` None: zero."""
+    from .box import Box
+    slot = len(tape.values)
+    tape.values.append(value)
+    if tangent is not None:
+        tape.tangents[slot] = _like(tangent, value)
+    return Box(value, slot, tape)
 
 
 class TangentSweep:
@@ -77,6 +89,8 @@ def tangent_of(record, parent_tangents, ans):
     for i, t in zip(record.argnums, parent_tangents):
         by_position[i] = t
     rule = JVP_RULES.get(func)
+    if rule is None:
+        rule = getattr(func, "record_jvp", None)     # a function object that has its own
     if rule is LINEAR:
         tangent = _linear(record, by_position)
     elif rule is not None:
@@ -139,10 +153,10 @@ def transposed(record, i, t):
         g = traced_leaf(tape, np.ones(np.shape(ans), _dtype(ans)) if np.ndim(ans)
                         else _dtype(ans).type(1.0))
         ct = record.vjps[i](g, ans, *record.args, **record.kwargs)
+        if type(ct) is SparseCotangent:
+            ct = BACKWARD_OPERATIONS.dense(ct, record.args[i])
     finally:
         stop_tracing(tape)
-    if type(ct) is SparseCotangent:
-        ct = BACKWARD_OPERATIONS.dense(ct, record.args[i])
     if getattr(ct, "tape", None) is not tape:
         return None                 # the vjp did not depend on g: a zero tangent
     from .tape import backward

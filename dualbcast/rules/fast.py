@@ -14,6 +14,7 @@ from ..kernel.products import nan_safe_dot
 from ..kernel.threads import multiply_in_place
 from ..kernel.tracing import hook
 from .common import nan_safe, shape_of, unbroadcast
+from .fast_nested import NestedKernelRule, forward_call, nested_outputs, plain
 
 
 def traced_call(kernel, args):
@@ -26,6 +27,14 @@ def traced_sum(kernel, args):
 
 def _traced(rule_type, kernel, args):
     tape, values, parents, active, _ = trace_inputs(args)
+    mode = "map" if rule_type is _CallRule else "sum"
+    if not plain(values):           # traced by enclosing traces too: second order
+        value, partials = nested_outputs(kernel, mode, values, active)
+        rule = NestedKernelRule(kernel, mode, active, partials)
+        return record(tape, value, parents, active, rule.vjps(len(values)), tuple(values),
+                      _NO_KWARGS, rule)
+    if tape.tangents is not None:   # forward mode: the tangent loop
+        return forward_call(kernel, mode, tape, values, active, parents)
     rule = rule_type(kernel, active)
     try:
         ans, vjps = rule(tape, values, parents)

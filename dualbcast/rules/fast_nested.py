@@ -1,0 +1,200 @@
+"""Kernels in forward mode and at second order: the fast rules when a kernel's
+arguments are traced by more than one trace, or by a forward-mode one.
+
+- **Forward mode** (``jvp``, the innermost trace is forward, the values plain): the
+  kernel's tangent loop gives the value and its tangent in one pass.
+- **Second order** (the innermost trace's values are themselves traced by an
+  enclosing trace: ``jvp(grad(f))``, ``grad(grad(f))``): the value and the partials
+  the inner rule needs are computed as *outputs* recorded on the enclosing trace
+  (:class:`KernelOutput`), whose derivatives come from the kernel's second-order loop
+  (nested duals): a tangent of the partials is a Hessian-vector product, and so is the
+  cotangent a partial sends back (the Hessian is symmetric).  In forward mode all the
+  outputs of one call share one loop for their tangents.
+
+A third trace around those would need third derivatives of the kernel: refused with a
+clear error.
+"""
+import numpy as np
+
+from ..core.box import Box, apply
+from ..core.forward import forward_result
+from .common import nan_safe, shape_of, unbroadcast
+
+
+def forward_call(kernel, mode, tape, values, active, parents):
+    """``k(*values)`` (``mode`` "map") or ``k.sum(*values)`` ("sum") on a forward-mode
+    trace ``tape`` whose boxes are at ``active`` (slots ``parents``): the value and its
+    tangent from one loop, as a box of ``tape``."""
+    positions, tangents = [], []
+    for i, slot in zip(active, parents):
+        t = tape.tangents.get(slot)
+        if t is not None:
+            positions.append(i)
+            tangents.append(t)
+    if not positions:
+        ans = kernel.prepare(mode, values).map(values) if mode == "map" else \
+            kernel.prepare(mode, values).sum(values)
+        return forward_result(tape, ans, None)
+    if mode == "map":
+        ans, tangent = kernel.prepare("tangent", values, tuple(positions)).tangent(
+            values, tuple(tangents))
+    else:
+        ans, tangent = kernel.prepare("sum_tangent", values, tuple(positions)).sum_tangent(
+            values, tuple(tangents))
+    return forward_result(tape, ans, tangent)
+
+
+def nested_outputs(kernel, mode, values, active):
+    """``(value, partials)`` of the kernel call on ``values`` (some traced by enclosing
+    traces) with respect to the ``active`` positions, each recorded on the enclosing
+    traces: "map" gives partials at the broadcast shape, "sum" the gradients at each
+    argument's own shape."""
+    call = _SharedCall(kernel, mode, tuple(active))
+    everything = tuple(range(len(values)))
+    value = apply(KernelOutput(call, None), _vjps(call, None, everything), values)
+    partials = tuple(apply(KernelOutput(call, k), _vjps(call, k, everything), values)
+                     for k in range(len(active)))
+    return value, partials
+
+
+class NestedKernelRule:
+    """What the inner trace records for a kernel call whose value and partials
+    (``partials``, per ``active`` position) an enclosing trace records: its vjps are
+    the cotangent times a partial (NaN-safe, as traced operations), summed to the
+    argument's shape; its ``record_jvp`` (the inner trace a forward-mode one) the
+    tangents times the partials."""
+
+    __slots__ = ("kernel", "mode", "active", "partials")
+
+    def __init__(self, kernel, mode, active, partials):
+        self.kernel, self.mode, self.active, self.partials = kernel, mode, active, partials
+
+    @property
+    def __name__(self):
+        return f"{self.kernel.__name__} ({self.mode}, second order)"
+
+    def vjps(self, nargs):
+        vjps = [None] * nargs
+        for i, partial in zip(self.active, self.partials):
+            vjps[i] = self._vjp(i, partial)
+        return vjps
+
+    def _vjp(self, i, partial):
+        if self.mode == "map":
+            return lambda g, ans, *args: unbroadcast(nan_safe(g, partial), shape_of(args[i]))
+        return lambda g, ans, *args: nan_safe(g, partial)
+
+    def record_jvp(self, tangents, ans, *values):
+        total = None
+        for i, partial in zip(self.active, self.partials):
+            t = tangents[i]
+            if t is None:
+                continue
+            term = nan_safe(t, partial)
+            if self.mode == "sum":
+                term = np.sum(term)
+            total = term if total is None else total + term
+        return total
+
+
+class _SharedCall:
+    """One kernel call whose outputs (value, partials w.r.t. ``active``) are recorded
+    separately: what they share, the second-order loop of a forward-mode trace."""
+
+    __slots__ = ("kernel", "mode", "active", "last")
+
+    def __init__(self, kernel, mode, active):
+        self.kernel, self.mode, self.active = kernel, mode, active
+        self.last = None        # (tangents, positions, the loop's results)
+
+    def first_order(self, values, wrt):
+        """``(value, partials w.r.t. wrt)`` from the first-order loop."""
+        _refuse_third_order(self.kernel, values)
+        if self.mode == "map":
+            value, partials = self.kernel.prepare("partials", values, wrt) \
+                .value_and_partials(values)
+        else:
+            value, partials = self.kernel.prepare("sum_partials", values, wrt) \
+                .sum_and_partials(values)
+        return value, (partials if type(partials) is tuple else (partials,))
+
+    def second_order(self, values, wrt, positions, tangents):
+        """``(value, value_tangent, partials, partial_tangents)`` from one loop, with
+        ``tangents`` at ``positions``; the last result is kept for the other outputs
+        of the same call, asked next with the same tangents."""
+        last = self.last
+        if last is not None and last[0] == wrt and last[1] == positions \
+                and all(a is b for a, b in zip(last[2], tangents)):
+            return last[3]
+        _refuse_third_order(self.kernel, values)
+        mode = "partials_tangent" if self.mode == "map" else "sum_partials_tangent"
+        prepared = self.kernel.prepare(mode, values, (wrt, positions))
+        result = getattr(prepared, mode)(values, tuple(tangents))
+        self.last = (wrt, positions, tuple(tangents), result)
+        return result
+
+
+class KernelOutput:
+    """The function an enclosing trace records for one output of a kernel call: the
+    value (``which`` None) or the partial with respect to ``active[which]`` (map) /
+    the gradient of that argument (sum), of ``values``.  Its ``jvp`` comes from the
+    call's second-order loop."""
+
+    __slots__ = ("call", "which")
+
+    def __init__(self, call, which):
+        self.call, self.which = call, which
+
+    @property
+    def __name__(self):
+        what = "value" if self.which is None else f"partial {self.call.active[self.which]}"
+        return f"{self.call.kernel.__name__} ({self.call.mode} {what})"
+
+    def __call__(self, *values):
+        call = self.call
+        value, partials = call.first_order(values, call.active)
+        return value if self.which is None else partials[self.which]
+
+    def record_jvp(self, tangents, ans, *values):
+        call = self.call
+        positions = tuple(i for i, t in enumerate(tangents) if t is not None)
+        if not positions:
+            return None
+        result = call.second_order(values, call.active, positions,
+                                   [tangents[i] for i in positions])
+        return result[1] if self.which is None else result[3][self.which]
+
+
+def _vjps(call, which, positions):
+    """An output's vjp per argument: the value's sends back the cotangent times the
+    argument's partial; a partial's, the Hessian times its cotangent (one second-order
+    loop, with the cotangent as the tangent of the partial's argument)."""
+    def vjp_for(j):
+        if which is None:
+            def vjp(g, ans, *values):
+                _, partials = call.first_order(values, (j,))
+                return _to_argument(call, nan_safe(g, partials[0]), values[j])
+        else:
+            def vjp(g, ans, *values):
+                i = call.active[which]
+                _, _, _, partial_tangents = call.second_order(values, (j,), (i,), [g])
+                return _to_argument(call, partial_tangents[0], values[j])
+        return vjp
+    return tuple(vjp_for(j) for j in positions)
+
+
+def _to_argument(call, ct, value):
+    return unbroadcast(ct, shape_of(value)) if call.mode == "map" else ct
+
+
+def _refuse_third_order(kernel, values):
+    if any(type(value) is Box for value in values):
+        raise NotImplementedError(
+            f"{kernel.__name__}: derivatives of third order or higher through a "
+            f"fast_broadcast kernel are not supported (kernels give value, partials and "
+            f"Hessian-vector products); write that part with NumPy operations")
+
+
+def plain(values):
+    """Whether none of ``values`` is traced."""
+    return not any(type(value) is Box for value in values)
