@@ -1,0 +1,305 @@
+"""Higher order: jvp, nested grad, Hessian-vector products, hessian, jacobian — through
+operators, NumPy rules and kernels — against autograd, closed forms and central
+differences; perturbation confusion; composition with jit; errors."""
+import math
+
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dualbcast as db
+from dualbcast.core import forward
+
+from profiles import examples
+
+RNG = np.random.default_rng(7)
+
+
+@db.fast_broadcast
+def rho(r):
+    return math.exp(-3.0 * (r + 1.0))
+
+
+@db.fast_broadcast
+def add_kernel(x, y):
+    return x + y
+
+
+@db.fast_broadcast
+def mul_kernel(x, y):
+    return x * y
+
+
+@db.fast_broadcast
+def pair(r, a):
+    if r > 0.5:
+        return a * r * r * math.sin(r)
+    return a * math.cos(r) - r ** 3
+
+
+# ------------------------------------------------------------------ perturbation confusion
+
+def _d(f):
+    """The derivative of a scalar function, four ways: grad, and jvp with unit tangent."""
+    return [db.grad(f), lambda x: db.jvp(f, (x,), (1.0,))[1]]
+
+
+@pytest.mark.parametrize("outer", [0, 1])
+@pytest.mark.parametrize("inner", [0, 1])
+@pytest.mark.parametrize("plus", [lambda x, y: x + y, add_kernel], ids=["operator", "kernel"])
+def test_forwarddiff_83(outer, inner, plus):
+    """d/dx [x * d/dy (x + y)] at y = 1 is 1 (ForwardDiff.jl #83)."""
+    def inner_derivative(x):
+        return _d(lambda y: plus(x, y))[inner](1.0)
+    for x in (0.0, 2.5):
+        assert _d(lambda x: x * inner_derivative(x))[outer](x) == 1.0
+
+
+@pytest.mark.parametrize("outer", [0, 1])
+@pytest.mark.parametrize("inner", [0, 1])
+@pytest.mark.parametrize("times", [lambda x, y: x * y, mul_kernel], ids=["operator", "kernel"])
+def test_reversediff_45(outer, inner, times):
+    """d/dx [x * d/dy (x * y)] at x = 4 is 8 (ReverseDiff.jl #45)."""
+    def inner_derivative(x):
+        return _d(lambda y: times(x, y))[inner](2.0)
+    assert _d(lambda x: x * inner_derivative(x))[outer](4.0) == 8.0
+
+
+def test_perturbation_confusion_on_arrays():
+    x = np.array([4.0, -1.0])
+    got = db.grad(lambda x: np.sum(x * db.grad(lambda y: np.sum(x * y))(np.ones(2))))(x)
+    np.testing.assert_array_equal(got, 2 * x)
+    got = db.jvp(lambda x: x * db.jvp(lambda y: mul_kernel(x, y), (np.ones(2),),
+                                      (np.ones(2),))[1], (x,), (np.ones(2),))[1]
+    np.testing.assert_array_equal(got, 2 * x)
+
+
+# ------------------------------------------------------------------ nested grad, any order
+
+def test_nested_grad_to_fourth_order():
+    f = lambda x: x ** 5 - 2.0 * x ** 3       # noqa: E731
+    d = f
+    want = [lambda x: 5 * x ** 4 - 6 * x ** 2, lambda x: 20 * x ** 3 - 12 * x,
+            lambda x: 60 * x ** 2 - 12, lambda x: 120 * x]
+    for order in range(4):
+        d = db.grad(d)
+        for x in (-1.5, 0.0, 0.7):
+            assert d(x) == pytest.approx(want[order](x), rel=1e-13, abs=1e-13)
+
+
+def test_mixed_nesting_orders():
+    f = lambda x: np.sin(x) * x                 # noqa: E731
+    x = 0.9
+    third = -3 * math.sin(x) - x * math.cos(x)
+    by_jvp = lambda g: lambda x: db.jvp(g, (x,), (1.0,))[1]    # noqa: E731
+    for d in (db.grad(db.grad(db.grad(f))), by_jvp(db.grad(db.grad(f))),
+              db.grad(by_jvp(db.grad(f))), by_jvp(by_jvp(by_jvp(f)))):
+        assert d(x) == pytest.approx(third, rel=1e-13)
+
+
+# ------------------------------------------------------------------ programs vs autograd
+
+def eam(x, np, kernel=True):
+    p = rho.sum(x) if kernel and np is not anp else np.sum(np.exp(-3.0 * (x + 1.0)))
+    return p ** 2 + p ** 3 + 0.25 * p ** 4
+
+
+def poly9(c, x, np):
+    return np.sum(c[0] + c[1] * x + c[2] * x ** 2 + c[3] * x ** 3 + c[9] * x ** 9)
+
+
+def graph(x, np):
+    memo = {}
+
+    def node(k):
+        if k not in memo:
+            memo[k] = np.sin(x[k]) if k < 2 else node(k - 1) * node(k - 2) + np.tanh(node(k - 1))
+        return memo[k]
+    return node(len(x) - 1)
+
+
+def branchy(x, np):
+    total = 0.0
+    for xi in x:
+        total = total + (np.cosh(xi) ** -1 if xi > 0 else np.tanh(xi) * xi)
+    return total
+
+
+def pair_energy(x, a, np):
+    if np is anp:
+        r = x
+        value = anp.where(r > 0.5, a * r * r * anp.sin(r), a * anp.cos(r) - r ** 3)
+        return anp.sum(value * x)
+    return np.sum(pair(x, a) * x)
+
+
+def pair_sum(x, a, np):
+    if np is anp:
+        return anp.sum(anp.where(x > 0.5, a * x * x * anp.sin(x), a * anp.cos(x) - x ** 3))
+    return pair.sum(x, a)
+
+
+PROGRAMS = {
+    "eam_kernel": (lambda x: eam(x, np), lambda x: eam(x, anp), 6),
+    "eam_numpy": (lambda x: eam(x, np, kernel=False), lambda x: eam(x, anp), 6),
+    "poly9_one_live": (lambda c: poly9(c, np.linspace(-1, 1, 7), np),
+                       lambda c: poly9(c, np.linspace(-1, 1, 7), anp), 10),
+    "graph_memo": (lambda x: graph(x, np), lambda x: graph(x, anp), 6),
+    "branchy": (lambda x: branchy(x, np), lambda x: branchy(x, anp), 5),
+    "pair_map": (lambda x: pair_energy(x, 1.5, np), lambda x: pair_energy(x, 1.5, anp), 6),
+    "pair_sum": (lambda x: pair_sum(x, 1.5, np), lambda x: pair_sum(x, 1.5, anp), 6),
+}
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_jvp_hvp_hessian_match_autograd(name):
+    f, oracle, n = PROGRAMS[name]
+    x = RNG.uniform(-0.4, 1.2, n)
+    v = RNG.standard_normal(n)
+    hessian = autograd.hessian(oracle)(x)
+    value, tangent = db.jvp(f, (x,), (v,))
+    assert value == pytest.approx(oracle(x), rel=1e-13)
+    assert tangent == pytest.approx(autograd.grad(oracle)(x) @ v, rel=1e-11, abs=1e-13)
+    np.testing.assert_allclose(db.jvp(db.grad(f), (x,), (v,))[1], hessian @ v,
+                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(db.grad(lambda x: db.grad(f)(x) @ v)(x), hessian @ v,
+                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(db.hessian(f)(x), hessian, rtol=1e-10, atol=1e-12)
+
+
+def test_kernel_hvp_with_broadcasting_and_several_arguments():
+    x = RNG.uniform(-0.4, 1.2, (3, 1))
+    y = RNG.uniform(-0.4, 1.2, 4)
+    a = 1.3
+
+    def f(x, y, a):
+        return np.sum(pair(x * y, a) * y) + pair.sum(x + y, a * a)
+
+    def fa(x, y, a):
+        return pair_energy_xy(x, y, a) + pair_sum(x + y, a * a, anp)
+
+    def pair_energy_xy(x, y, a):
+        r = x * y
+        return anp.sum(anp.where(r > 0.5, a * r * r * anp.sin(r), a * anp.cos(r) - r ** 3) * y)
+
+    tangents = (RNG.standard_normal((3, 1)), RNG.standard_normal(4), 0.7)
+    _, got = db.jvp(db.grad(f, argnums=(0, 1, 2)), (x, y, a), tangents)
+    want = _oracle_hvp(fa, (x, y, a), tangents)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+
+
+def _oracle_hvp(f, args, tangents):
+    """The Hessian-vector product of ``f`` at ``args`` along ``tangents``, by autograd
+    (reverse over reverse on the flattened arguments)."""
+    from autograd.misc import flatten
+    flat, unflatten = flatten(args)
+    flat_v, _ = flatten(tangents)
+    hv = autograd.grad(lambda z: autograd.grad(lambda w: f(*unflatten(w)))(z) @ flat_v)(flat)
+    return unflatten(hv)
+
+
+def test_third_order_through_a_kernel_is_refused():
+    f = lambda x: rho.sum(x)                    # noqa: E731
+    x = np.array([0.1, 0.2])
+    with pytest.raises(NotImplementedError, match="third order"):
+        db.grad(lambda x: np.sum(db.grad(lambda x: np.sum(db.grad(f)(x)))(x)))(x)
+
+
+# ------------------------------------------------------------------ hessian, jacobian
+
+def test_jacobian_forward_and_reverse_agree_with_autograd():
+    def f(x, a):
+        return np.concatenate([np.sin(x) * a, np.cumsum(x) ** 2, x[:1] * x[1:2]])
+
+    def fa(x, a):
+        return anp.concatenate([anp.sin(x) * a, anp.cumsum(x) ** 2, x[:1] * x[1:2]])
+
+    x, a = RNG.standard_normal(4), 1.7
+    for mode in ("auto", "forward", "reverse"):
+        jx, ja = db.jacobian(f, argnums=(0, 1), mode=mode)(x, a)
+        np.testing.assert_allclose(jx, autograd.jacobian(fa, 0)(x, a), rtol=1e-13)
+        np.testing.assert_allclose(ja, autograd.jacobian(fa, 1)(x, a), rtol=1e-13)
+    matrix = RNG.standard_normal((2, 3))
+    np.testing.assert_allclose(db.jacobian(lambda m: np.tanh(m) * m)(matrix),
+                               autograd.jacobian(lambda m: anp.tanh(m) * m)(matrix), rtol=1e-13)
+
+
+def test_hessian_blocks_for_several_arguments():
+    def f(x, y):
+        return np.sum(np.sin(x) * y[0] + x ** 3) * y[1]
+
+    def fa(x, y):
+        return anp.sum(anp.sin(x) * y[0] + x ** 3) * y[1]
+
+    x, y = RNG.standard_normal(3), RNG.standard_normal(2)
+    blocks = db.hessian(f, argnums=(0, 1))(x, y)
+    for i in range(2):
+        for j in range(2):
+            want = autograd.jacobian(autograd.grad(fa, i), j)(x, y)
+            np.testing.assert_allclose(blocks[i][j], want, rtol=1e-12, atol=1e-14)
+
+
+def test_hessian_of_a_jitted_gradient_and_jvp_of_one():
+    def f(x):
+        return np.sum(np.exp(-x) * x ** 2) + rho.sum(x)
+
+    def fa(x):
+        return anp.sum(anp.exp(-x) * x ** 2) + anp.sum(anp.exp(-3.0 * (x + 1.0)))
+
+    jitted = db.jit(db.grad(f))
+    x, v = RNG.standard_normal(4), RNG.standard_normal(4)
+    want = autograd.hessian(fa)(x)
+    for _ in range(2):
+        jitted(x)                                       # recorded and replayed as usual
+        np.testing.assert_allclose(db.jvp(jitted, (x,), (v,))[1], want @ v, rtol=1e-12)
+        np.testing.assert_allclose(db.jacobian(jitted)(x), want, rtol=1e-12)
+
+
+# ------------------------------------------------------------------ property tests
+
+@settings(max_examples=examples(25), deadline=None)
+@given(shape=st.sampled_from([(), (1,), (4,), (2, 3)]), seed=st.integers(0, 2 ** 16))
+def test_hvp_is_the_derivative_of_the_gradient(shape, seed):
+    """The Hessian-vector product against central differences of the gradient."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-0.3, 1.1, shape)
+    v = rng.standard_normal(shape)
+
+    def f(x):
+        return np.sum(pair(x, 0.8) * np.tanh(x)) + rho.sum(x) ** 2
+
+    hvp = db.jvp(db.grad(f), (x,), (v,))[1]
+    h = 1e-6
+    central = (db.grad(f)(x + h * v) - db.grad(f)(x - h * v)) / (2 * h)
+    np.testing.assert_allclose(hvp, central, rtol=1e-5, atol=1e-6)
+    assert np.shape(hvp) == np.shape(x)
+
+
+# ------------------------------------------------------------------ errors
+
+def test_jvp_errors_name_the_problem():
+    with pytest.raises(TypeError, match="tuples"):
+        db.jvp(np.sin, np.ones(2), np.ones(2))
+    with pytest.raises(ValueError, match="2 primals but 1 tangents"):
+        db.jvp(np.add, (1.0, 2.0), (1.0,))
+    with pytest.raises(ValueError, match=r"shape \(3,\) for a primal of shape \(2,\)"):
+        db.jvp(np.sin, (np.ones(2),), (np.ones(3),))
+    with pytest.raises(ValueError, match="structure"):
+        db.jvp(lambda t: t[0], ((1.0, 2.0),), (1.0,))
+    with pytest.raises(TypeError, match="float"):
+        db.jacobian(np.sin)(np.arange(3))
+
+
+def test_declared_rules_do_not_transpose(monkeypatch):
+    """Forward mode through the common rules uses their jvps, not the slow
+    transposition of their vjps."""
+    def refuse(*args):
+        raise AssertionError("transposed")
+    monkeypatch.setattr(forward, "transposed", refuse)
+    x, v = RNG.standard_normal(5), RNG.standard_normal(5)
+    db.jvp(lambda x: eam(x, np) + np.sum(pair(x, 2.0) * np.sin(x)), (x,), (v,))
+    db.jvp(db.grad(lambda x: eam(x, np) + pair.sum(x, 2.0)), (x,), (v,))
