@@ -49,12 +49,51 @@ def nested_outputs(kernel, mode, values, active):
     traces) with respect to the ``active`` positions, each recorded on the enclosing
     traces: "map" gives partials at the broadcast shape, "sum" the gradients at each
     argument's own shape."""
+    enclosing = _enclosing_forward_trace(values)
+    if enclosing is not None:
+        return _forward_outputs(kernel, mode, values, active, enclosing)
     call = _SharedCall(kernel, mode, tuple(active))
     everything = tuple(range(len(values)))
     value = apply(KernelOutput(call, None), _vjps(call, None, everything), values)
     partials = tuple(apply(KernelOutput(call, k), _vjps(call, k, everything), values)
                      for k in range(len(active)))
     return value, partials
+
+
+def _enclosing_forward_trace(values):
+    """The trace of the boxes among ``values`` when they all belong to one forward-mode
+    trace (``jvp(grad(f))``: the common second order), else None."""
+    tapes = {id(value.tape): value.tape for value in values if type(value) is Box}
+    if len(tapes) != 1:
+        return None
+    tape = next(iter(tapes.values()))
+    return tape if tape.tangents is not None and not tape.closed else None
+
+
+def _forward_outputs(kernel, mode, values, active, tape):
+    """:func:`nested_outputs` when the enclosing trace is a forward-mode ``tape``: the
+    value, the partials and all their tangents from one second-order loop, as boxes of
+    ``tape`` (nothing recorded: a forward trace keeps no records)."""
+    plain_values, positions, tangents = list(values), [], []
+    for i, value in enumerate(values):
+        if type(value) is Box:
+            plain_values[i] = value.value
+            t = tape.tangents.get(value.slot)
+            if t is not None:
+                positions.append(i)
+                tangents.append(t)
+    _refuse_third_order(kernel, plain_values)
+    if not positions:
+        value, partials = _SharedCall(kernel, mode, tuple(active)).first_order(
+            plain_values, tuple(active))
+        return forward_result(tape, value, None), tuple(
+            forward_result(tape, p, None) for p in partials)
+    loop = "partials_tangent" if mode == "map" else "sum_partials_tangent"
+    prepared = kernel.prepare(loop, plain_values, (tuple(active), tuple(positions)))
+    value, value_tangent, partials, partial_tangents = getattr(prepared, loop)(
+        plain_values, tuple(tangents))
+    return forward_result(tape, value, value_tangent), tuple(
+        forward_result(tape, p, t) for p, t in zip(partials, partial_tangents))
 
 
 class NestedKernelRule:
