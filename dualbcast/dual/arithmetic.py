@@ -139,12 +139,23 @@ def _half_each(x, y):
 
 @overload(_half_each)
 def _half_each_rule(x, y):
+    # Nested duals: the values tie too, and their inner partials (the tangent) are
+    # halved alike: the second derivatives are those of the first-order convention's
+    # (d max(x, y) along (tx, ty) at a tie: (tx + ty) / 2, at every order).
     case = mixed_case(x, y)
+    nested = isinstance(getattr(x if case != "nd" else y, "dtype", None), DualType)
     if case == "dd":
+        if nested:
+            return lambda x, y: make_dual(_half_each(x.val, y.val),
+                                          P.lincomb(x.parts, 0.5, y.parts, 0.5))
         return lambda x, y: make_dual(x.val, P.lincomb(x.parts, 0.5, y.parts, 0.5))
     if case == "dn":
+        if nested:
+            return lambda x, y: make_dual(_half_each(x.val, y), P.scale(x.parts, 0.5))
         return lambda x, y: make_dual(x.val, P.scale(x.parts, 0.5))
     if case == "nd":
+        if nested:
+            return lambda x, y: make_dual(_half_each(x, y.val), P.scale(y.parts, 0.5))
         return lambda x, y: make_dual(y.val, P.scale(y.parts, 0.5))
     return None
 

@@ -148,10 +148,9 @@ class PreparedCall:
     # (see tangents.py); tuples of partials always.
 
     def tangent(self, operands):
-        plan = self.plan
-        out, tout = np.empty((2,) + plan.shape, plan.dtype)
-        self._run(operands, (out.reshape(-1), tout.reshape(-1)))
-        return (out, tout) if plan.shape else (out[()], tout[()])
+        both = np.empty((2,) + self.plan.shape, self.plan.dtype)     # value, tangent
+        self._run(operands, tuple(both.reshape(2, -1)))
+        return both[0], both[1]
 
     def sum_tangent(self, operands):
         total, tangent = self._run(operands, ())
@@ -159,14 +158,11 @@ class PreparedCall:
 
     def partials_tangent(self, operands):
         plan, n = self.plan, len(self.gradients)
-        out, tout = np.empty((2,) + plan.shape, plan.dtype)
-        parts = np.empty((2, n) + plan.shape, plan.dtype)
-        self._run(operands, (out.reshape(-1), tout.reshape(-1), parts[0].reshape(n, -1),
-                             parts[1].reshape(n, -1)))
-        if not plan.shape:
-            return out[()], tout[()], tuple(p[()] for p in parts[0]), \
-                tuple(p[()] for p in parts[1])
-        return out, tout, tuple(parts[0]), tuple(parts[1])
+        both = np.empty((2,) + plan.shape, plan.dtype)      # value, tangent
+        parts = np.empty((2, n) + plan.shape, plan.dtype)   # partials, their tangents
+        self._run(operands, (*both.reshape(2, -1), *parts.reshape(2, n, -1)))
+        # (a 0-d call: indexing gives NumPy scalars, as value_and_partials returns)
+        return both[0], both[1], tuple(parts[0]), tuple(parts[1])
 
     def sum_partials_tangent(self, operands):
         buffers, loop_buffers = self._gradient_buffers()
