@@ -165,6 +165,11 @@ class PreparedCall:
         return both[0], both[1], tuple(parts[0]), tuple(parts[1])
 
     def sum_partials_tangent(self, operands):
+        if self.all_stored:
+            grads = tuple(np.empty(shape, dtype) for _, shape, dtype, _ in self.gradients)
+            tangents = tuple(np.empty(shape, dtype) for _, shape, dtype, _ in self.gradients)
+            sums = self._run(operands, tuple(g.reshape(-1) for g in grads + tangents))
+            return self.scalar_type(sums[0]), self.scalar_type(sums[1]), grads, tangents
         buffers, loop_buffers = self._gradient_buffers()
         tangent_buffers, tangent_loop_buffers = self._gradient_buffers()
         sums = self._run(operands, tuple(loop_buffers + tangent_loop_buffers))

@@ -65,13 +65,13 @@ class TangentCall:
         self._calls = {}
 
     def _prepared(self, values, tangents):
-        if not isinstance(tangents, (tuple, list)) or len(tangents) != len(self.positions):
-            raise TypeError(f"{self.kernel.__name__}: tangents must be a tuple of "
-                            f"{len(self.positions)} (one per tangent position "
-                            f"{self.positions}), not {tangents!r}")
-        key = signature_key(tangents)
+        key = signature_key(tangents) if type(tangents) is tuple else None
         call = self._calls.get(key) if key is not None else None
         if call is None:
+            if not isinstance(tangents, (tuple, list)) or len(tangents) != len(self.positions):
+                raise TypeError(f"{self.kernel.__name__}: tangents must be a tuple of "
+                                f"{len(self.positions)} (one per tangent position "
+                                f"{self.positions}), not {tangents!r}")
             call = self._make(values, tangents)
             if key is not None:
                 if len(self._calls) >= _MAX_SIGNATURES:
@@ -98,8 +98,7 @@ class TangentCall:
         if mode != self.mode:
             raise TypeError(f"{self.kernel.__name__}: a call prepared for {self.mode} "
                             f"cannot run {mode}")
-        call = self._prepared(values, tangents)
-        return getattr(call, mode)(tuple(values) + tuple(tangents))
+        return getattr(self._prepared(values, tangents), mode)((*values, *tangents))
 
     def tangent(self, values, tangents):
         return self._run("tangent", values, tangents)
