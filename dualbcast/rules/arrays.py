@@ -5,7 +5,8 @@
 All are linear in the traced array, so each backward is another rearrangement of the
 cotangent, written with NumPy functions that have rules (differentiable again), or a
 primitive of this module whose own rule is the forward operation (the diagonal's
-embedding).  Integer indices that may repeat (``take``, ``take_along_axis``, ``repeat``
+embedding); and each forward-mode tangent is the operation applied to the tangent
+(``deflinear``), but for ``sort``'s: the tangent gathered by the sorting permutation.  Integer indices that may repeat (``take``, ``take_along_axis``, ``repeat``
 with per-element counts) send back a :class:`SparseCotangent`: the core's scatter-add
 (``np.add.at`` semantics, as integer-array indexing does).  Array arguments that are
 not traced (indices, shifts, pad widths, fill values) are positional arguments of the
@@ -14,7 +15,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
 from ..core.box import Box, apply, constant, unbox
-from ..core.registry import defrule
+from ..core.registry import deflinear, defjvp, defrule
 from ..core.tape import SparseCotangent
 from .common import constant_dtype, no_out
 
@@ -61,6 +62,8 @@ def embed_diagonal(g, shape, offset=0, axis1=0, axis2=1):
 
 
 def _embedded_diagonal(g, shape, offset, axis1, axis2):
+    if type(g) is Box:              # traced by an enclosing trace: recorded there
+        return embed_diagonal(g, shape, offset, axis1, axis2)
     axis1, axis2 = normalize_axis_index(axis1, len(shape)), normalize_axis_index(axis2, len(shape))
     rest = [n for i, n in enumerate(shape) if i not in (axis1, axis2)]
     out = np.zeros(rest + [shape[axis1], shape[axis2]], np.result_type(g))
@@ -126,6 +129,14 @@ def _sort_vjp(g, ans, a, axis=-1, kind=None, stable=None):
     order = np.argsort(a, axis=axis, kind="stable")
     inverse = np.argsort(order, axis=axis, kind="stable")
     return np.reshape(np.take_along_axis(g, inverse, axis=axis), shape)
+
+
+def _sort_jvp(tangents, ans, a, axis=-1, kind=None, stable=None):
+    # The tangent of each sorted position is that of the element put there.
+    t = tangents[0]
+    if axis is None:
+        a, t, axis = np.ravel(a), np.ravel(t), 0
+    return np.take_along_axis(t, np.argsort(a, axis=axis, kind="stable"), axis=axis)
 
 
 @_register(np.sort)
@@ -282,3 +293,9 @@ def _pad_vjp_values(g, ans, array, pad_width, constant_values):
     border = np.pad(np.zeros(shape, bool), _pairs(pad_width, len(shape)),
                     constant_values=True)
     return np.sum(np.where(border, g, np.zeros((), np.result_type(g))))
+
+
+# Forward mode: linear in the traced array (pad: in the array and the fill value).
+deflinear(np.triu, np.tril, np.diagonal, _embedded_diagonal, np.take, np.take_along_axis,
+          np.roll, np.repeat, np.tile, _padded)
+defjvp(np.sort, _sort_jvp)

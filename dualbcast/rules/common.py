@@ -91,6 +91,8 @@ def dense_cotangent(sparse, primal):
 
 
 def _scattered(values, index, repeats, shape, dtype):
+    if type(values) is Box:         # traced by an enclosing trace too: recorded there
+        return apply(_scattered, _SCATTERED_VJPS, (values, index, repeats, shape, dtype))
     buffer = np.zeros(shape, dtype)
     if repeats:
         scatter_add(buffer, index, values)

@@ -1,14 +1,17 @@
 """VJPs of contractions: ``einsum`` (explicit and implicit subscripts, ``...``, the
 sublist form, any number of operands) and ``tensordot``.  Each operand's cotangent is
-itself an ``einsum`` (a ``tensordot`` and a transpose): differentiable again."""
+itself an ``einsum`` (a ``tensordot`` and a transpose): differentiable again.  Both are
+linear in each operand: the tangent is the sum over the operands of the contraction
+with that operand replaced by its tangent."""
 import functools
 import string
 
 import numpy as np
 
 from ..core.box import apply, constant, unbox
-from ..core.registry import defrule
+from ..core.registry import defjvp, defrule
 from .common import constant_dtype, no_out
+from .linalg import multilinear
 
 try:                                    # NumPy's own parser: '...', implicit output,
     from numpy._core.einsumfunc import _parse_einsum_input     # sublists -> letters
@@ -148,3 +151,5 @@ def _tensordot_rule(a, b, axes=2):
 
 defrule(np.einsum, trace=_einsum_rule)
 defrule(np.tensordot, trace=_tensordot_rule)
+defjvp(_einsum, multilinear(_einsum))
+defjvp(np.tensordot, multilinear(np.tensordot))

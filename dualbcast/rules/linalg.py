@@ -1,22 +1,45 @@
-"""VJPs of products (``matmul`` and ``@``, ``dot``, ``outer``) and of ``np.linalg``:
-``solve``, ``inv``, ``det``, ``slogdet``, ``norm``."""
+"""VJPs and JVPs of products (``matmul`` and ``@``, ``dot``, ``outer``) and of
+``np.linalg``: ``solve``, ``inv``, ``det``, ``slogdet``, ``norm``.
+
+Every vjp and jvp is written with NumPy functions that have rules themselves, so that
+it can be differentiated again (higher order), but where noted (the SVD's)."""
+import operator
+
 import numpy as np
 
-from ..core.box import apply, constant, unbox
-from ..core.registry import defrule
-from .common import nan_safe, no_out, unbroadcast
+from ..core.box import Box, apply, constant, unbox
+from ..core.registry import defjvp, defrule
+from .common import nan_safe, no_out, shape_of, unbroadcast
+
+
+def multilinear(func):
+    """The jvp of ``func``, linear in each of its traced arguments separately (a
+    product, a contraction): the sum over the arguments with a tangent of ``func``
+    with that argument replaced by its tangent."""
+    def jvp(tangents, ans, *args, **kwargs):
+        total = None
+        for i, t in enumerate(tangents):
+            if t is not None:
+                term = func(*args[:i], t, *args[i + 1:], **kwargs)
+                total = term if total is None else total + term
+        return total
+    return jvp
+
+
+def _array(x):
+    return x if type(x) is Box else np.asarray(x)
 
 
 def _as_matrices(g, a, b):
     # matmul treats a vector as a matrix with a 1 inserted, then removed: do the same to
     # the operands and the cotangent, so one pair of formulas covers every case.
-    a, b = np.asarray(a), np.asarray(b)
+    a, b = _array(a), _array(b)
     a2 = a[None, :] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
-    g2 = np.asarray(g)
-    if np.ndim(b) == 1:
+    g2 = _array(g)
+    if b.ndim == 1:
         g2 = g2[..., None]
-    if np.ndim(a) == 1:
+    if a.ndim == 1:
         g2 = g2[..., None, :]
     return g2, a2, b2
 
@@ -59,6 +82,8 @@ def _outer_rule(a, b, out=None):
 
 defrule(np.dot, trace=_dot_rule)
 defrule(np.outer, trace=_outer_rule)
+for _product in (np.matmul, operator.matmul, np.dot, np.outer):     # (x @ y: operator's)
+    defjvp(_product, multilinear(_product))
 
 
 # ------------------------------------------------------------------ solve, inv, det
@@ -93,6 +118,22 @@ def _solve_rule(a, b):
     return apply(np.linalg.solve, (_solve_vjp_a, _solve_vjp_b), (a, b))
 
 
+def _solve_jvp(tangents, ans, a, b):
+    # A x = b: A dx = db - dA x.
+    # NumPy 2: b is a vector (M,) only when 1-d; x then a vector of each matrix of a's
+    # stack: made a column and back.
+    ta, tb = tangents
+    vector = np.ndim(b) == 1
+    if vector:
+        ans = np.expand_dims(ans, -1)
+        tb = None if tb is None else np.expand_dims(tb, -1)
+    rhs = tb
+    if ta is not None:
+        rhs = -(ta @ ans) if rhs is None else rhs - ta @ ans
+    dx = np.linalg.solve(a, rhs)
+    return dx[..., 0] if vector else dx
+
+
 def _inv_vjp(g, ans, a):
     # d inv(A) = -inv(A) dA inv(A): the cotangent -inv(A)^T g inv(A)^T.
     ans_t = _mT(ans)
@@ -100,16 +141,23 @@ def _inv_vjp(g, ans, a):
 
 
 def _det_vjp(g, ans, a):
+    return nan_safe(np.expand_dims(g, (-1, -2)), _det_local(ans, a))
+
+
+def _det_local(ans, a):
     # d det(A) = det(A) inv(A)^T, the adjugate's transpose; at a singular A, where the
     # inverse does not exist but the derivative does, the adjugate from the SVD.
     if np.all(ans != 0):
         try:
-            local = np.expand_dims(ans, (-1, -2)) * _mT(np.linalg.inv(a))
+            return np.expand_dims(ans, (-1, -2)) * _mT(np.linalg.inv(a))
         except np.linalg.LinAlgError:
-            local = _adjugate_t(a)
-    else:
-        local = _adjugate_t(a)
-    return nan_safe(np.expand_dims(g, (-1, -2)), local)
+            pass
+    return _adjugate_t(a)
+
+
+def _det_jvp(tangents, ans, a):
+    # d det = <adj(A)^T, dA>: det(A) trace(inv(A) dA) where A is invertible.
+    return np.sum(nan_safe(tangents[0], _det_local(ans, a)), axis=(-2, -1))
 
 
 def _adjugate_t(a):
@@ -134,6 +182,11 @@ def _slogdet_vjp(g, ans, a):
     return np.expand_dims(g, (-1, -2)) * _mT(np.linalg.inv(a))
 
 
+def _slogdet_jvp(tangents, ans, a):
+    # d log|det A| = trace(inv(A) dA).
+    return np.sum(_mT(np.linalg.inv(a)) * tangents[0], axis=(-2, -1))
+
+
 def _logabsdet(a):
     return np.linalg.slogdet(a)[1]
 
@@ -155,6 +208,10 @@ defrule(np.linalg.solve, trace=_solve_rule)
 defrule(np.linalg.inv, trace=lambda a: apply(np.linalg.inv, (_inv_vjp,), (a,)))
 defrule(np.linalg.det, trace=lambda a: apply(np.linalg.det, (_det_vjp,), (a,)))
 defrule(np.linalg.slogdet, trace=_slogdet_rule)
+defjvp(np.linalg.solve, _solve_jvp)
+defjvp(np.linalg.inv, lambda tangents, ans, a: -(ans @ tangents[0] @ ans))   # -A^-1 dA A^-1
+defjvp(np.linalg.det, _det_jvp)
+defjvp(_logabsdet, _slogdet_jvp)
 
 
 # ------------------------------------------------------------------ norm
@@ -219,6 +276,13 @@ def _norm_vjp(g, ans, x, ord=None, axis=None, keepdims=False):
     return nan_safe(g, sign * (winners / count))
 
 
+def _norm_jvp(tangents, ans, x, ord=None, axis=None, keepdims=False):
+    # The tangent times the local derivative the vjp uses, summed over the reduced axes.
+    _, axes = _norm_case(np.ndim(x), ord, axis)
+    local = _norm_vjp(np.ones(shape_of(ans), np.result_type(ans)), ans, x, ord, axis, keepdims)
+    return np.sum(nan_safe(tangents[0], local), axis=axes, keepdims=keepdims)
+
+
 def _svd_norm_local(x, ord, axes):
     """d/dx of the matrix 2-norm (the largest singular value: u1 v1^T), -2 (the
     smallest) or nuclear norm (U V^T), over the nonzero singular values only: 0 where
@@ -234,3 +298,4 @@ def _svd_norm_local(x, ord, axes):
 
 
 defrule(np.linalg.norm, trace=_norm_rule)
+defjvp(np.linalg.norm, _norm_jvp)

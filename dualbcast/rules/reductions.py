@@ -1,9 +1,15 @@
-"""VJPs of reductions and scans: sum, mean, prod, max, min, var, std, cumsum, cumprod."""
+"""VJPs and JVPs of reductions and scans: sum, mean, prod, max, min, var, std, cumsum,
+cumprod.
+
+Every vjp and jvp here is written in NumPy operations that have rules themselves, so
+that it can run on traced cotangents and arguments (a derivative being differentiated);
+plain arrays keep their first-order fast paths.  sum, mean and cumsum are linear; the
+others' jvps are sums of the tangent times the same local derivatives their vjps use."""
 import numpy as np
 
-from ..core.box import apply, constant
-from ..core.registry import defrule
-from .common import constant_dtype, nan_safe, no_out
+from ..core.box import Box, apply, constant
+from ..core.registry import deflinear, defjvp, defrule
+from .common import constant_dtype, nan_safe, no_out, shape_of
 
 
 def _reject(name, out=None, **unsupported):
@@ -30,8 +36,8 @@ def _restore(g, shape, axis, keepdims):
 
 
 def _sum_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
-    shape = np.shape(x)
-    if axis is None and not keepdims:
+    shape = shape_of(x)
+    if axis is None and not keepdims and type(g) is not Box:
         # The whole sum (the common case): g everywhere, without expand_dims and
         # broadcast_to (~4 µs on small arrays; the array is needed anyway).
         return np.full(shape, g)
@@ -39,17 +45,27 @@ def _sum_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
 
 
 def _mean_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
-    shape = np.shape(x)
+    shape = shape_of(x)
     count = np.prod([shape[a] for a in _axes(axis, len(shape))], dtype=np.int64)
     return np.broadcast_to(_restore(g, shape, axis, keepdims) / count, shape)
 
 
 def _prod_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
-    # The product of all the *other* elements, from exclusive cumulative products from
-    # both ends: correct with zeros in x, where ans / x is not.
-    x = np.asarray(x)
+    x = _array(x)
     if x.size == 0:
         return np.zeros(x.shape, np.result_type(g, x))    # nothing to differentiate
+    return nan_safe(_restore(g, x.shape, axis, keepdims), _product_of_others(x, axis))
+
+
+def _array(x):
+    """``x`` as an array (a NumPy or Python scalar too); a traced value as it is."""
+    return x if type(x) is Box else np.asarray(x)
+
+
+def _product_of_others(x, axis):
+    """For each element of ``x`` (non-empty), the product of the *other* elements of
+    its reduction along ``axis``: from exclusive cumulative products from both ends,
+    correct with zeros in x, where ans / x is not."""
     axes = _axes(axis, x.ndim)
     kept = [a for a in range(x.ndim) if a not in axes]
     moved = np.transpose(x, kept + list(axes))
@@ -58,17 +74,33 @@ def _prod_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
     left = np.cumprod(np.concatenate([ones, flat[..., :-1]], axis=-1), axis=-1)
     right = np.cumprod(np.concatenate([ones, flat[..., :0:-1]], axis=-1), axis=-1)[..., ::-1]
     others = (left * right).reshape(moved.shape)
-    others = np.transpose(others, np.argsort(kept + list(axes)))
-    return nan_safe(_restore(g, x.shape, axis, keepdims), others)
+    return np.transpose(others, np.argsort(kept + list(axes)))
+
+
+def _prod_jvp(tangents, ans, x, axis=None, keepdims=False, dtype=None):
+    x = _array(x)
+    if x.size == 0:
+        return None                 # the empty product: a constant 1
+    return _summed(nan_safe(tangents[0], _product_of_others(x, axis)), axis=axis,
+                   keepdims=keepdims)
 
 
 def _extremum_vjp(g, ans, x, axis=None, keepdims=False):
-    # Ties share the cotangent equally (as np.maximum at a tie: half to each side).
-    shape = np.shape(x)
-    ans = _restore(ans, shape, axis, keepdims)
-    winners = x == ans
+    return nan_safe(_restore(g, shape_of(x), axis, keepdims), _winners(ans, x, axis, keepdims))
+
+
+def _winners(ans, x, axis, keepdims):
+    """The share of the max (min) ``ans`` each element of ``x`` has: ties share it
+    equally (as np.maximum at a tie: half to each side); a constant."""
+    shape = shape_of(x)
+    winners = x == _restore(ans, shape, axis, keepdims)
     count = np.sum(winners, axis=_axes(axis, len(shape)), keepdims=True)
-    return nan_safe(_restore(g, shape, axis, keepdims), winners / count)
+    return winners / count
+
+
+def _extremum_jvp(tangents, ans, x, axis=None, keepdims=False):
+    return _summed(nan_safe(tangents[0], _winners(ans, x, axis, keepdims)), axis=axis,
+                   keepdims=keepdims)
 
 
 def _cumsum_vjp(g, ans, x, axis=None, dtype=None):
@@ -83,26 +115,50 @@ def _cumprod_vjp(g, ans, x, axis=None, dtype=None):
     # S_k = sum_{i >= k} g_i x_{k+1} ... x_i, the reverse recurrence S_k = g_k + x_{k+1}
     # S_{k+1} -- summed by doubling (log2(n) vector steps), multiplying and never
     # dividing: correct with zeros in x.
-    shape = np.shape(x)
+    shape = shape_of(x)
     if axis is None:
         x, axis = np.ravel(x), 0
     g, ans = np.moveaxis(g, axis, -1), np.moveaxis(ans, axis, -1)
     x = np.moveaxis(x, axis, -1)
-    n = np.shape(x)[-1]
     kind = np.result_type(g, ans)
-    if n == 0:
+    if shape_of(x)[-1] == 0:
         return np.zeros(shape, kind)
-    ones = np.ones(np.shape(x)[:-1] + (1,), kind)
+    ones = np.ones(shape_of(x)[:-1] + (1,), kind)
     exclusive = np.concatenate([ones, ans[..., :-1]], axis=-1)
-    span = np.concatenate([x[..., 1:], 0 * ones], axis=-1)    # x_{k+1} ... x_{k+d}
-    total = g                                                # S_k over i < k + d
+    span = np.concatenate([x[..., 1:], 0 * ones], axis=-1)    # x_{k+1}
+    total = _reverse_scan(g, span, kind)
+    return np.reshape(np.moveaxis(nan_safe(total, exclusive), -1, axis), shape)
+
+
+def _reverse_scan(first, span, kind):
+    """``S_k = first_k + span_k S_{k+1}`` along the last axis (S beyond the end: 0), by
+    doubling: log2(n) vector steps, NaN-safe products."""
+    n = shape_of(first)[-1]
+    total = first                                            # S_k over i < k + d
     d = 1
     while d < n:
-        zeros = np.zeros(np.shape(x)[:-1] + (min(d, n),), kind)
+        zeros = np.zeros(shape_of(first)[:-1] + (min(d, n),), kind)
         total = total + nan_safe(np.concatenate([total[..., d:], zeros], axis=-1), span)
         span = span * np.concatenate([span[..., d:], zeros], axis=-1)
         d *= 2
-    return np.reshape(np.moveaxis(nan_safe(total, exclusive), -1, axis), shape)
+    return total
+
+
+def _cumprod_jvp(tangents, ans, x, axis=None, dtype=None):
+    # The tangent of y_i = y_{i-1} x_i is dy_i = E_i t_i + x_i dy_{i-1}: the reverse
+    # scan of the vjp, run from the other end.
+    shape = shape_of(ans)
+    t = tangents[0]
+    if axis is None:
+        x, t, axis = np.ravel(x), np.ravel(t), 0
+    t, ans, x = np.moveaxis(t, axis, -1), np.moveaxis(ans, axis, -1), np.moveaxis(x, axis, -1)
+    kind = np.result_type(t, ans)
+    if shape_of(x)[-1] == 0:
+        return None
+    ones = np.ones(shape_of(x)[:-1] + (1,), kind)
+    exclusive = np.concatenate([ones, ans[..., :-1]], axis=-1)
+    total = _reverse_scan(nan_safe(t, exclusive)[..., ::-1], x[..., ::-1], kind)[..., ::-1]
+    return np.reshape(np.moveaxis(total, -1, axis), shape)
 
 
 def _summed(a, axis=None, keepdims=False, dtype=None):
@@ -167,5 +223,12 @@ def _std_rule(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **unsu
 
 defrule(np.cumsum, trace=_cumulative(np.cumsum, _cumsum_vjp))
 defrule(np.cumprod, trace=_cumulative(np.cumprod, _cumprod_vjp))
-defrule(np.var, trace=_var_rule)
+defrule(np.var, trace=_var_rule)        # (var and std record what they are made of)
 defrule(np.std, trace=_std_rule)
+
+# Forward mode (what each rule records: sum records _summed, the others themselves).
+deflinear(_summed, np.mean, np.cumsum)
+defjvp(np.prod, _prod_jvp)
+defjvp(np.cumprod, _cumprod_jvp)
+for _f in (np.max, np.amax, np.min, np.amin):
+    defjvp(_f, _extremum_jvp)

@@ -1,13 +1,15 @@
-"""VJPs of shape and selection operations: reshapes, transposes, indexing,
+"""VJPs of shape and selection operations: reshapes, transposes, flips, indexing,
 concatenation, stacking, ``where``, ``clip`` and casts.  All linear, so each backward
-is the matching reshape, transpose, slice or scatter of the cotangent."""
+is the matching reshape, transpose, slice or scatter of the cotangent (operations with
+rules of their own: differentiable again), and each forward-mode tangent is the
+operation itself applied to the tangents (``deflinear``)."""
 import functools
 import operator
 
 import numpy as np
 
 from ..core.box import Box, apply, constant, keep, unbox
-from ..core.registry import defrule
+from ..core.registry import deflinear, defrule
 from ..core.tape import SparseCotangent
 from .common import constant_dtype, no_out, unbroadcast
 
@@ -34,6 +36,8 @@ def _memory_order(a, order):
     # "A" and "K" mean "as laid out in memory": resolve them against the forward value
     # (the cotangent's own layout is unrelated), so the backward reshape undoes it.
     if order in ("A", "K"):
+        while type(a) is Box:       # traced by enclosing traces too: the array inside
+            a = a.value
         flags = np.asarray(a).flags
         if flags.f_contiguous and not flags.c_contiguous:
             return "F"
@@ -76,6 +80,7 @@ defrule(np.expand_dims, trace=_linear(np.expand_dims, _to_shape_of))
 defrule(np.squeeze, trace=_linear(np.squeeze, _to_shape_of))
 defrule(np.broadcast_to, trace=_linear(
     np.broadcast_to, lambda g, ans, a, shape, subok=False: unbroadcast(g, np.shape(a))))
+defrule(np.flip, trace=_linear(np.flip, lambda g, ans, m, axis=None: np.flip(g, axis)))
 defrule(np.atleast_1d, trace=lambda *arrays: _atleast(arrays, 1))
 defrule(np.atleast_2d, trace=lambda *arrays: _atleast(arrays, 2))
 
@@ -112,6 +117,8 @@ def _astype(a, dtype, order="K", casting="unsafe", subok=True, copy=True):
 
 
 def _cast(value, dtype):
+    if type(value) is Box:          # traced by an enclosing trace: its own rule
+        return value.astype(dtype)
     return np.asarray(value).astype(dtype)[()] if np.ndim(value) == 0 else value.astype(dtype)
 
 
@@ -183,6 +190,7 @@ def _joining(join, vjp):
             return constant(join, (list(arrays),), kwargs)
         return apply(joined, vjps(len(arrays)), arrays, kwargs)
     defrule(join, trace=rule)
+    deflinear(joined)               # (what the rule records)
     return rule
 
 
@@ -237,6 +245,11 @@ def _clip_rule(a, a_min=None, a_max=None, out=None, *, min=None, max=None, **kwa
     if high is not None:
         a = np.minimum(a, high)
     return a
+
+
+# Forward mode: each of these is linear in its traced arguments (np.where in x and y).
+deflinear(np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.expand_dims,
+          np.squeeze, np.broadcast_to, np.flip, _cast, operator.getitem, np.where)
 
 
 # Results that depend on traced values but not differentiably (indices, masks, rounding,
