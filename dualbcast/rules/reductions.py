@@ -8,7 +8,7 @@ others' jvps are sums of the tangent times the same local derivatives their vjps
 import numpy as np
 
 from ..core.box import Box, apply, constant
-from ..core.registry import deflinear, defjvp, defrule
+from ..core.registry import LINEAR, defjvp, defrule
 from .common import constant_dtype, nan_safe, no_out, shape_of
 
 
@@ -169,7 +169,9 @@ def _summed(a, axis=None, keepdims=False, dtype=None):
     return np.sum(a, axis=axis, dtype=dtype, keepdims=keepdims)
 
 
-def _reduction(func, vjp, computed_by=None):
+def _reduction(func, vjp, jvp, computed_by=None):
+    """The rule of a reduction, recording ``computed_by`` (default ``func``) with its
+    ``vjp``, and its ``jvp`` for forward mode (LINEAR: the reduction of the tangent)."""
     name = func.__name__
     computed_by = computed_by or func
 
@@ -183,18 +185,21 @@ def _reduction(func, vjp, computed_by=None):
             return constant(func, (a,), kwargs)
         return apply(computed_by, (vjp,), (a,), kwargs)
     defrule(func, trace=rule)
+    defjvp(computed_by, jvp)
 
 
-_reduction(np.sum, _sum_vjp, computed_by=_summed)
-_reduction(np.mean, _mean_vjp)
-_reduction(np.prod, _prod_vjp)
+_reduction(np.sum, _sum_vjp, LINEAR, computed_by=_summed)
+_reduction(np.mean, _mean_vjp, LINEAR)
+_reduction(np.prod, _prod_vjp, _prod_jvp)
 for _f in (np.max, np.amax, np.min, np.amin):
-    _reduction(_f, _extremum_vjp)
+    _reduction(_f, _extremum_vjp, _extremum_jvp)
 
 
-def _cumulative(func, vjp):
-    """The rule of a cumulative reduction (``np.cumsum``, ``np.cumprod``)."""
+def _cumulative(func, vjp, jvp):
+    """The rule of a cumulative reduction (``np.cumsum``, ``np.cumprod``), and its
+    ``jvp`` registered (as :func:`_reduction`)."""
     name = func.__name__
+    defjvp(func, jvp)
 
     def rule(a, axis=None, dtype=None, out=None):
         _reject(name, out)
@@ -221,14 +226,7 @@ def _std_rule(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **unsu
     return np.sqrt(_var_rule(a, axis=axis, ddof=ddof, keepdims=keepdims))
 
 
-defrule(np.cumsum, trace=_cumulative(np.cumsum, _cumsum_vjp))
-defrule(np.cumprod, trace=_cumulative(np.cumprod, _cumprod_vjp))
+defrule(np.cumsum, trace=_cumulative(np.cumsum, _cumsum_vjp, LINEAR))
+defrule(np.cumprod, trace=_cumulative(np.cumprod, _cumprod_vjp, _cumprod_jvp))
 defrule(np.var, trace=_var_rule)        # (var and std record what they are made of)
 defrule(np.std, trace=_std_rule)
-
-# Forward mode (what each rule records: sum records _summed, the others themselves).
-deflinear(_summed, np.mean, np.cumsum)
-defjvp(np.prod, _prod_jvp)
-defjvp(np.cumprod, _cumprod_jvp)
-for _f in (np.max, np.amax, np.min, np.amin):
-    defjvp(_f, _extremum_jvp)
