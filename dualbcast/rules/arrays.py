@@ -6,8 +6,9 @@ All are linear in the traced array, so each backward is another rearrangement of
 cotangent, written with NumPy functions that have rules (differentiable again), or a
 primitive of this module whose own rule is the forward operation (the diagonal's
 embedding); and each forward-mode tangent is the operation applied to the tangent
-(``deflinear``), but for ``sort``'s: the tangent gathered by the sorting permutation.  Integer indices that may repeat (``take``, ``take_along_axis``, ``repeat``
-with per-element counts) send back a :class:`SparseCotangent`: the core's scatter-add
+(``deflinear``), but for ``sort``'s: the tangent gathered by the sorting permutation.
+Integer indices that may repeat (``take``, ``take_along_axis``, ``repeat`` with
+per-element counts) send back a :class:`SparseCotangent`: the core's scatter-add
 (``np.add.at`` semantics, as integer-array indexing does).  Array arguments that are
 not traced (indices, shifts, pad widths, fill values) are positional arguments of the
 record, so a replay watches them as constants."""
