@@ -6,7 +6,6 @@ JAX (x64) and central differences; the derivative conventions at second order, b
 the kernels' nested duals; and forward mode takes each rule's declared jvp, never the
 transposition of its vjp (slow: a reverse pass per record)."""
 import math
-import operator
 
 import numpy as np
 import pytest
@@ -18,23 +17,6 @@ from test_rules_more import AUTOGRAD_CASES, CENTRAL_CASES
 
 RNG = np.random.default_rng(152)
 
-# Core bug (dualbcast/core/box.py, apply): the scalar vjps (which sum nothing back) are
-# taken whenever the result is not an ndarray, so also for a result that is a box of an
-# enclosing trace -- at second order, every ufunc call broadcasting an argument sends
-# that argument a cotangent of the broadcast shape.  Reproducer:
-#     db.grad(db.grad(lambda x: np.sum(np.multiply(np.ones(2), x) ** 2)))(0.5)
-#     ValueError: cannot broadcast a non-scalar to a scalar array
-# Fixed by ``and type(ans) is not Box`` in apply's test (as _operator has it).
-BROADCAST_BUG = pytest.mark.xfail(strict=True, reason="core: box.apply takes the scalar vjps "
-                                  "for a nested (boxed) broadcast result")
-
-# Core gap (dualbcast/core/forward.py, tangent_of): x * y, x / y, x ** y, -x, abs(x)
-# on traced arrays are recorded with the Python operator as their func, which is not
-# in DIAGONAL (the ufuncs are): forward mode transposes their vjps.
-OPERATORS = frozenset({operator.add, operator.sub, operator.mul, operator.truediv,
-                       operator.pow, operator.neg, operator.mod, abs})
-
-
 @pytest.fixture(scope="module")
 def jax():
     jax = pytest.importorskip("jax")
@@ -45,14 +27,10 @@ def jax():
 @pytest.fixture(autouse=True)
 def no_transposition(monkeypatch):
     """Forward mode must take the jvp each rule declares: transposing a rule's vjp
-    fails the test (the Python operators' records are the core's, see OPERATORS)."""
-    transposed = forward.transposed
-
+    fails the test."""
     def refuse(record, i, t):
-        if record.func not in OPERATORS:
-            raise AssertionError(f"forward mode transposed the vjp of {record.func!r}: "
-                                 f"it has no jvp of its own")
-        return transposed(record, i, t)
+        raise AssertionError(f"forward mode transposed the vjp of {record.func!r}: it has "
+                             f"no jvp of its own")
     monkeypatch.setattr(forward, "transposed", refuse)
 
 
@@ -229,8 +207,7 @@ JAX_NAMES = {"absolute": "abs"}
 def unary_cases():
     for name, low, high in UNARY:
         for shape in [(3, 4), ()]:
-            marks = [BROADCAST_BUG] if shape == () else []
-            yield pytest.param(name, low, high, shape, id=f"{name} {shape}", marks=marks)
+            yield pytest.param(name, low, high, shape, id=f"{name} {shape}")
 
 
 @pytest.mark.parametrize("name,low,high,shape", list(unary_cases()))
@@ -250,8 +227,7 @@ def test_unary_ufuncs_at_second_order(name, low, high, shape, jax):
 def binary_cases():
     for name, xr, yr in BINARY:
         for sx, sy in [((3, 4), (3, 4)), ((3, 1), (4,)), ((), (4,))]:
-            marks = [BROADCAST_BUG] if sx != sy else []
-            yield pytest.param(name, xr, yr, sx, sy, id=f"{name} {sx} {sy}", marks=marks)
+            yield pytest.param(name, xr, yr, sx, sy, id=f"{name} {sx} {sy}")
 
 
 @pytest.mark.parametrize("name,xr,yr,sx,sy", list(binary_cases()))
@@ -409,15 +385,11 @@ def transposition_count(monkeypatch, f, x, v):
 @pytest.mark.parametrize("f,shape", [pytest.param(f, shapes[-1], id=name)
                                      for name, f, shapes in PROGRAMS])
 def test_forward_mode_takes_each_rules_own_jvp(f, shape, monkeypatch):
-    # Every record but the Python operators' (the core's: see OPERATORS) has a jvp of
-    # its own or is elementwise.
+    # Every record has a jvp of its own or is elementwise.
     x, v, _ = primal_and_directions(shape)
-    calls = transposition_count(monkeypatch, lambda x: f(x, np), x, v)
-    assert set(calls) <= OPERATORS, set(calls) - OPERATORS
+    assert transposition_count(monkeypatch, lambda x: f(x, np), x, v) == []
 
 
-@pytest.mark.xfail(strict=True, reason="core: forward.tangent_of looks the elementwise rule "
-                   "up by record.func, which is operator.mul for x * y on arrays")
 def test_forward_mode_does_not_transpose_operators(monkeypatch):
     x = np.arange(1.0, 4.0)
     assert transposition_count(monkeypatch, lambda x: np.sum(x * x / (x - 0.5) ** 2), x, x) == []

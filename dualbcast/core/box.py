@@ -98,7 +98,7 @@ def apply(func, vjps, args, kwargs=_NO_KWARGS, scalar_vjps=None):
         if tape is not None:        # traced, but only through non-differentiable inputs
             escape(tape, func, args, kwargs, ans)
         return ans
-    if scalar_vjps is not None and type(ans) is not np.ndarray:
+    if scalar_vjps is not None and type(ans) is not np.ndarray and type(ans) is not Box:
         vjps = scalar_vjps
     saved = tuple(value if type(arg) is Box else keep(tape, value)
                   for arg, value in zip(args, values))

@@ -26,6 +26,7 @@ tangent meeting an infinite partial contributes 0, design §4).
 """
 import numpy as np
 
+from .operators import OPERATOR_UFUNCS
 from .registry import BACKWARD_OPERATIONS, DIAGONAL, JVP_RULES, LINEAR
 from .tape import LinearRecord, SparseCotangent
 
@@ -95,7 +96,7 @@ def tangent_of(record, parent_tangents, ans):
         tangent = _linear(record, by_position)
     elif rule is not None:
         tangent = rule(by_position, record.ans, *record.args, **record.kwargs)
-    elif func in DIAGONAL:
+    elif OPERATOR_UFUNCS.get(func, func) in DIAGONAL:     # (x * y records operator.mul)
         tangent = None
         for i, t in enumerate(by_position):
             if t is not None:

@@ -11,7 +11,7 @@ product with a unit vector, without running ``f`` again.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence, Union
+from typing import Callable, Sequence, Union
 
 import numpy as np
 
