@@ -43,7 +43,7 @@ def pair(r, a):
 # ------------------------------------------------------------------ perturbation confusion
 
 def _d(f):
-    """The derivative of a scalar function, four ways: grad, and jvp with unit tangent."""
+    """The derivative of a scalar function, two ways: grad, and jvp with unit tangent."""
     return [db.grad(f), lambda x: db.jvp(f, (x,), (1.0,))[1]]
 
 
@@ -257,6 +257,23 @@ def test_hessian_of_a_jitted_gradient_and_jvp_of_one():
         jitted(x)                                       # recorded and replayed as usual
         np.testing.assert_allclose(db.jvp(jitted, (x,), (v,))[1], want @ v, rtol=1e-12)
         np.testing.assert_allclose(db.jacobian(jitted)(x), want, rtol=1e-12)
+
+
+def test_matrices_compose_with_grad_and_each_other():
+    def f(x):
+        return np.sum(np.sin(x) * x ** 3)
+
+    def fa(x):
+        return anp.sum(anp.sin(x) * x ** 3)
+
+    x = np.array([0.3, 0.9, 1.4])
+    np.testing.assert_allclose(db.jacobian(db.grad(f))(x), autograd.hessian(fa)(x), rtol=1e-13)
+    np.testing.assert_allclose(db.grad(lambda x: np.sum(db.hessian(f)(x)))(x),
+                               autograd.grad(lambda x: anp.sum(autograd.hessian(fa)(x)))(x),
+                               rtol=1e-12)
+    np.testing.assert_allclose(
+        db.jacobian(db.jacobian(lambda x: np.sin(x) * x[0]))(x),
+        autograd.jacobian(autograd.jacobian(lambda x: anp.sin(x) * x[0]))(x), rtol=1e-13)
 
 
 # ------------------------------------------------------------------ property tests

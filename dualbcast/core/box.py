@@ -44,8 +44,7 @@ def trace_inputs(args, vjps=None):
             if tape is None:
                 tape = arg.tape
                 if tape.closed:
-                    raise RuntimeError("a traced value was used after its grad/vjp call "
-                                       "returned; return it from the function instead")
+                    raise RuntimeError(_USED_AFTER_RETURN)
             elif arg.tape is not tape:
                 return _nested_inputs(args, vjps)
             if vjps is None or vjps[i] is not None:
@@ -56,6 +55,10 @@ def trace_inputs(args, vjps=None):
     return tape, values, parents, argnums, others
 
 
+_USED_AFTER_RETURN = ("a traced value was used after its grad/vjp call returned; return it "
+                      "from the function instead")
+
+
 def _nested_inputs(args, vjps):
     """:func:`trace_inputs` where values of several traces meet: the innermost trace
     (the highest level) records the operation, and the values of the others are
@@ -64,8 +67,7 @@ def _nested_inputs(args, vjps):
     tapes = {id(arg.tape): arg.tape for arg in args if type(arg) is Box}.values()
     for tape in tapes:
         if tape.closed:
-            raise RuntimeError("a traced value was used after its grad/vjp call "
-                               "returned; return it from the function instead")
+            raise RuntimeError(_USED_AFTER_RETURN)
     levels = sorted(tape.level for tape in tapes)
     if len(set(levels)) != len(levels):
         raise ValueError("values traced by two different grad/vjp calls (or threads) met "

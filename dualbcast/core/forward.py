@@ -28,7 +28,7 @@ import numpy as np
 
 from .operators import OPERATOR_UFUNCS
 from .registry import BACKWARD_OPERATIONS, DIAGONAL, JVP_RULES, LINEAR
-from .tape import LinearRecord, SparseCotangent
+from .tape import LinearRecord, SparseCotangent, backward
 
 
 def start_forward(tape):
@@ -160,7 +160,6 @@ def transposed(record, i, t):
         stop_tracing(tape)
     if getattr(ct, "tape", None) is not tape:
         return None                 # the vjp did not depend on g: a zero tangent
-    from .tape import backward
     return backward(tape, [(ct.slot, t)])[g.slot]
 
 

@@ -47,11 +47,14 @@ def jacobian(f: Callable, argnums: Argnums = 0, *, mode: str = "auto") -> Callab
     def jacobian_f(*args):
         inputs, of_inputs = _restricted(f, args, positions, _checked_output)
         sizes = [_size(x) for x in inputs]
-        out, pullback = vjp(of_inputs, *inputs)
-        if mode == "forward" or mode == "auto" and _size(out) > sum(sizes):
+        if mode == "forward":
             blocks = _by_columns(of_inputs, inputs, sizes)
         else:
-            blocks = _by_rows(out, pullback, inputs)
+            out, pullback = vjp(of_inputs, *inputs)
+            if mode == "auto" and _size(out) > sum(sizes):
+                blocks = _by_columns(of_inputs, inputs, sizes)
+            else:
+                blocks = _by_rows(out, pullback, inputs)
         return blocks[0] if single else tuple(blocks)
     return jacobian_f
 
@@ -121,7 +124,7 @@ def _by_rows(out, pullback, inputs):
     seed = np.zeros(count, dtype)
     for row in range(count):
         seed[row] = 1.0
-        cotangents = pullback(seed.reshape(out_shape).copy())
+        cotangents = pullback(seed.reshape(out_shape))   # (the pullback copies it)
         seed[row] = 0.0
         for block, ct in zip(rows, cotangents):
             block.append(np.reshape(ct, -1))

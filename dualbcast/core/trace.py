@@ -330,7 +330,8 @@ def _traced_gradient_like(primal, ct):
             else dtype.type(0)
     ct_shape, ct_dtype = _shape_and_dtype(ct)
     if ct_shape != shape:
-        ct = np.broadcast_to(ct, shape)
+        raise RuntimeError(f"dualbcast internal error: a gradient of shape {ct_shape} "
+                           f"for an argument of shape {shape}; please report it")
     if ct_dtype != dtype:
         ct = ct.astype(dtype)
     return ct

@@ -6,17 +6,18 @@ arguments are traced by more than one trace, or by a forward-mode one.
 - **Second order** (the innermost trace's values are themselves traced by an
   enclosing trace: ``jvp(grad(f))``, ``grad(grad(f))``): the value and the partials
   the inner rule needs are computed as *outputs* recorded on the enclosing trace
-  (:class:`KernelOutput`), whose derivatives come from the kernel's second-order loop
-  (nested duals): a tangent of the partials is a Hessian-vector product, and so is the
-  cotangent a partial sends back (the Hessian is symmetric).  In forward mode all the
-  outputs of one call share one loop for their tangents.
+  (nested duals).  Under a forward-mode trace (``jvp(grad(f))``) one second-order loop
+  gives the value, the partials and all their tangents (Hessian-vector products);
+  under a reverse-mode one (``grad(grad(f))``) each is recorded as a
+  :class:`KernelOutput`, whose cotangent a partial sends back is a Hessian-vector
+  product too (the Hessian is symmetric).
 
 A third trace around those would need third derivatives of the kernel: refused with a
 clear error.
 """
 import numpy as np
 
-from ..core.box import Box, apply
+from ..core.box import Box, keep, record, trace_inputs
 from ..core.forward import forward_result
 from .common import nan_safe, shape_of, unbroadcast
 
@@ -52,12 +53,18 @@ def nested_outputs(kernel, mode, values, active):
     enclosing = _enclosing_forward_trace(values)
     if enclosing is not None:
         return _forward_outputs(kernel, mode, values, active, enclosing)
-    call = _SharedCall(kernel, mode, tuple(active))
-    everything = tuple(range(len(values)))
-    value = apply(KernelOutput(call, None), _vjps(call, None, everything), values)
-    partials = tuple(apply(KernelOutput(call, k), _vjps(call, k, everything), values)
-                     for k in range(len(active)))
-    return value, partials
+    # The enclosing trace is reverse mode (grad(grad(f))): one first-order loop, each
+    # output recorded with its own vjps.
+    tape, plain_values, parents, argnums, others = trace_inputs(values)
+    active = tuple(active)
+    value, partials = _first_order(kernel, mode, plain_values, active)
+    saved = tuple(v if type(arg) is Box else keep(tape, v)
+                  for arg, v in zip(values, plain_values))
+    outputs = tuple(
+        record(tape, output, parents, argnums, _vjps(kernel, mode, active, which, len(values)),
+               saved, {}, KernelOutput(kernel, mode, active, which), others)
+        for which, output in [(None, value)] + list(enumerate(partials)))
+    return outputs[0], outputs[1:]
 
 
 def _enclosing_forward_trace(values):
@@ -84,8 +91,7 @@ def _forward_outputs(kernel, mode, values, active, tape):
                 tangents.append(t)
     _refuse_third_order(kernel, plain_values)
     if not positions:
-        value, partials = _SharedCall(kernel, mode, tuple(active)).first_order(
-            plain_values, tuple(active))
+        value, partials = _first_order(kernel, mode, plain_values, tuple(active))
         return forward_result(tape, value, None), tuple(
             forward_result(tape, p, None) for p in partials)
     loop = "partials_tangent" if mode == "map" else "sum_partials_tangent"
@@ -136,94 +142,65 @@ class NestedKernelRule:
         return total
 
 
-class _SharedCall:
-    """One kernel call whose outputs (value, partials w.r.t. ``active``) are recorded
-    separately: what they share, the second-order loop of a forward-mode trace."""
+def _first_order(kernel, mode, values, wrt):
+    """``(value, partials w.r.t. wrt)`` from the kernel's first-order loop."""
+    _refuse_third_order(kernel, values)
+    if mode == "map":
+        value, partials = kernel.prepare("partials", values, wrt).value_and_partials(values)
+    else:
+        value, partials = kernel.prepare("sum_partials", values, wrt).sum_and_partials(values)
+    return value, (partials if type(partials) is tuple else (partials,))
 
-    __slots__ = ("kernel", "mode", "active", "last")
 
-    def __init__(self, kernel, mode, active):
-        self.kernel, self.mode, self.active = kernel, mode, active
-        self.last = None        # (tangents, positions, the loop's results)
-
-    def first_order(self, values, wrt):
-        """``(value, partials w.r.t. wrt)`` from the first-order loop."""
-        _refuse_third_order(self.kernel, values)
-        if self.mode == "map":
-            value, partials = self.kernel.prepare("partials", values, wrt) \
-                .value_and_partials(values)
-        else:
-            value, partials = self.kernel.prepare("sum_partials", values, wrt) \
-                .sum_and_partials(values)
-        return value, (partials if type(partials) is tuple else (partials,))
-
-    def second_order(self, values, wrt, positions, tangents):
-        """``(value, value_tangent, partials, partial_tangents)`` from one loop, with
-        ``tangents`` at ``positions``; the last result is kept for the other outputs
-        of the same call, asked next with the same tangents."""
-        last = self.last
-        if last is not None and last[0] == wrt and last[1] == positions \
-                and all(a is b for a, b in zip(last[2], tangents)):
-            return last[3]
-        _refuse_third_order(self.kernel, values)
-        mode = "partials_tangent" if self.mode == "map" else "sum_partials_tangent"
-        prepared = self.kernel.prepare(mode, values, (wrt, positions))
-        result = getattr(prepared, mode)(values, tuple(tangents))
-        self.last = (wrt, positions, tuple(tangents), result)
-        return result
+def _hessian_times(kernel, mode, values, j, i, t):
+    """The partial (map) or gradient (sum) of argument ``j``, differentiated along the
+    tangent ``t`` of argument ``i``: one second-order loop."""
+    _refuse_third_order(kernel, values)
+    loop = "partials_tangent" if mode == "map" else "sum_partials_tangent"
+    prepared = kernel.prepare(loop, values, ((j,), (i,)))
+    return getattr(prepared, loop)(values, (t,))[3][0]
 
 
 class KernelOutput:
-    """The function an enclosing trace records for one output of a kernel call: the
-    value (``which`` None) or the partial with respect to ``active[which]`` (map) /
-    the gradient of that argument (sum), of ``values``.  Its ``jvp`` comes from the
-    call's second-order loop."""
+    """The function an enclosing reverse-mode trace records for one output of a kernel
+    call: the value (``which`` None) or the partial with respect to
+    ``active[which]`` (map) / the gradient of that argument (sum), of ``values`` (a
+    replay calls it)."""
 
-    __slots__ = ("call", "which")
+    __slots__ = ("kernel", "mode", "active", "which")
 
-    def __init__(self, call, which):
-        self.call, self.which = call, which
+    def __init__(self, kernel, mode, active, which):
+        self.kernel, self.mode, self.active, self.which = kernel, mode, active, which
 
     @property
     def __name__(self):
-        what = "value" if self.which is None else f"partial {self.call.active[self.which]}"
-        return f"{self.call.kernel.__name__} ({self.call.mode} {what})"
+        what = "value" if self.which is None else f"partial {self.active[self.which]}"
+        return f"{self.kernel.__name__} ({self.mode} {what})"
 
     def __call__(self, *values):
-        call = self.call
-        value, partials = call.first_order(values, call.active)
+        value, partials = _first_order(self.kernel, self.mode, values, self.active)
         return value if self.which is None else partials[self.which]
 
-    def record_jvp(self, tangents, ans, *values):
-        call = self.call
-        positions = tuple(i for i, t in enumerate(tangents) if t is not None)
-        if not positions:
-            return None
-        result = call.second_order(values, call.active, positions,
-                                   [tangents[i] for i in positions])
-        return result[1] if self.which is None else result[3][self.which]
 
-
-def _vjps(call, which, positions):
+def _vjps(kernel, mode, active, which, nargs):
     """An output's vjp per argument: the value's sends back the cotangent times the
     argument's partial; a partial's, the Hessian times its cotangent (one second-order
-    loop, with the cotangent as the tangent of the partial's argument)."""
+    loop, with the cotangent as the tangent of the partial's argument: the Hessian is
+    symmetric)."""
+    def to_argument(ct, value):
+        return unbroadcast(ct, shape_of(value)) if mode == "map" else ct
+
     def vjp_for(j):
         if which is None:
             def vjp(g, ans, *values):
-                _, partials = call.first_order(values, (j,))
-                return _to_argument(call, nan_safe(g, partials[0]), values[j])
+                _, partials = _first_order(kernel, mode, values, (j,))
+                return to_argument(nan_safe(g, partials[0]), values[j])
         else:
             def vjp(g, ans, *values):
-                i = call.active[which]
-                _, _, _, partial_tangents = call.second_order(values, (j,), (i,), [g])
-                return _to_argument(call, partial_tangents[0], values[j])
+                hv = _hessian_times(kernel, mode, values, j, active[which], g)
+                return to_argument(hv, values[j])
         return vjp
-    return tuple(vjp_for(j) for j in positions)
-
-
-def _to_argument(call, ct, value):
-    return unbroadcast(ct, shape_of(value)) if call.mode == "map" else ct
+    return tuple(vjp_for(j) for j in range(nargs))
 
 
 def _refuse_third_order(kernel, values):
