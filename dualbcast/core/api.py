@@ -243,6 +243,8 @@ def _constant(leaf):
     if type(leaf) is not Box:
         return leaf
     tape = leaf.tape
+    if tape.staging:
+        return leaf         # a trace that differentiates nothing: nothing to stop
     if tape.recorder is not None and not tape.closed:
         # A constant no record computes: a replay could not compute it again.
         tape.recorder.opaque(tape)

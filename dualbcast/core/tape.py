@@ -193,16 +193,18 @@ class Tape:
     (which is what keeps nested derivatives apart: no perturbation confusion).
     ``tangents``: None for a reverse-mode tape; for a forward-mode trace (``jvp``) the
     tangent of each slot that has one, by slot, computed as each record is appended
-    (its ``records`` then compute, not keep: see :mod:`.forward`)."""
+    (its ``records`` then compute, not keep: see :mod:`.forward`).  ``staging``: a trace
+    that only records the program, differentiating nothing (see :mod:`.staging`)."""
 
     __slots__ = ("values", "records", "closed", "single_use", "gradient_buffers",
-                 "recorder", "level", "tangents", "outer")
+                 "recorder", "level", "tangents", "outer", "staging")
 
     def __init__(self, single_use, recorder=None, level=1):
         self.values = []        # primal value of each slot (shape and dtype of its gradient)
         self.records = []
         self.level = level
         self.tangents = None
+        self.staging = False
         self.outer = None       # the tape this thread records on when this one closes
         self.closed = False     # set when the traced function returns
         # A single-use tape (grad, value_and_grad) runs backward once, so rules may

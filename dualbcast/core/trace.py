@@ -27,13 +27,15 @@ def tracing_state():
     return _current
 
 
-def start_tracing(single_use, recorder=None, forward=False):
+def start_tracing(single_use, recorder=None, forward=False, staging=False):
     """A new tape for this thread, nested in those it is already recording on (its
-    level one above theirs); ``forward``: a forward-mode trace (see :mod:`.forward`)."""
+    level one above theirs); ``forward``: a forward-mode trace (see :mod:`.forward`);
+    ``staging``: a trace that records the program only (see :mod:`.staging`)."""
     outer = getattr(_current, "tape", None)
     tape = Tape(single_use, recorder, 1 if outer is None else outer.level + 1)
     if forward:
         start_forward(tape)
+    tape.staging = staging
     tape.outer = outer
     _current.tape = tape
     return tape

@@ -29,16 +29,9 @@ def generate(records, guards, leaves, output):
     namespace = {"ndarray": np.ndarray, "Sparse": SparseCotangent, "accumulate": accumulate}
     forward = ["def forward(tape, values):", "    append = values.append"]
     residuals = []
-    guards = list(guards)
     bodies = []                 # per record: (out slot, parents, backward lines)
-    for k in range(len(records) + 1):
-        while guards and guards[0][0] == k:     # a guard runs where the trace met it
-            name = f"guard{len(guards)}"
-            namespace[name] = guards.pop(0)[1]
-            forward.append(f"    {name}(values)")
-        if k == len(records):
-            break
-        out, record = leaves + k, records[k]
+    for k, record in _with_guards(records, guards, namespace, forward):
+        out = leaves + k
         if type(record) is LinearRecord:
             bodies.append(_linear(k, record, out, namespace, forward, residuals))
         else:
@@ -61,6 +54,49 @@ def generate(records, guards, leaves, output):
     return namespace["forward"], namespace["backward"]
 
 
+def generate_forward(records, guards):
+    """``forward(values)`` for a staged program (``dualbcast.jit`` of a function that
+    is not a gradient): each record's value appended to ``values``, the guards run
+    where the trace met them; no backward pass, so nothing kept for one."""
+    namespace = {}
+    forward = ["def forward(values):", "    append = values.append"]
+    for k, record in _with_guards(records, guards, namespace, forward):
+        if type(record) is RuleRecord:
+            raise RuntimeError("dualbcast internal error: a fast rule's record on a "
+                               "staging trace; please report it")
+        forward.append(f"    append({_call(k, record, namespace)[0]})")
+    exec(compile("\n".join(forward) + "\n", "<dualbcast staged replay>", "exec"), namespace)
+    return namespace["forward"]
+
+
+def _with_guards(records, guards, namespace, forward):
+    """``(k, record)`` for each record, with the line calling each guard appended to
+    ``forward`` where the trace met it (before the record it preceded)."""
+    guards = list(guards)
+    for k in range(len(records) + 1):
+        while guards and guards[0][0] == k:
+            name = f"guard{len(guards)}"
+            namespace[name] = guards.pop(0)[1]
+            forward.append(f"    {name}(values)")
+        if k < len(records):
+            yield k, records[k]
+
+
+def _call(k, record, namespace):
+    """``(source of the call computing the record's value, its argument list,
+    its keywords)``, the function and constants bound in ``namespace``."""
+    namespace[f"f{k}"] = record.op if type(record) is LinearRecord else record.func
+    traced = dict(zip(record.argnums, record.parents))
+    if type(record) is not LinearRecord:
+        traced.update(record.others)
+    args = ", ".join(_arguments(k, record.args, traced, namespace))
+    keywords = ""
+    if type(record) is not LinearRecord and record.kwargs:
+        namespace[f"w{k}"] = record.kwargs
+        keywords = f", **w{k}"
+    return f"f{k}({args}{keywords})", args, keywords
+
+
 def _arguments(k, saved, traced, namespace):
     """Source for each argument: ``values[slot]`` for a traced one, else a constant
     bound as ``c{k}_{i}``."""
@@ -75,15 +111,8 @@ def _arguments(k, saved, traced, namespace):
 
 
 def _general(k, record, out, namespace, forward, residuals):
-    parents, argnums, kwargs, func = record.parents, record.argnums, record.kwargs, record.func
-    traced = dict(zip(argnums, parents))
-    traced.update(record.others)
-    args = ", ".join(_arguments(k, record.args, traced, namespace))
-    namespace[f"f{k}"] = func
-    keywords = ""
-    if kwargs:
-        namespace[f"w{k}"] = kwargs
-        keywords = f", **w{k}"
+    parents, argnums = record.parents, record.argnums
+    call, args, keywords = _call(k, record, namespace)
     if type(record) is RuleRecord:
         # A fast rule runs its kernel and hands back fresh vjps.
         namespace[f"p{k}"] = parents
@@ -92,7 +121,7 @@ def _general(k, record, out, namespace, forward, residuals):
         residuals.append(f"j{k}")
         vjp = f"j{k}[{{i}}]"
     else:
-        forward.append(f"    append(f{k}({args}{keywords}))")
+        forward.append(f"    append({call})")
         for i in argnums:
             namespace[f"v{k}_{i}"] = record.vjps[i]
         vjp = f"v{k}_{{i}}"
@@ -110,16 +139,14 @@ def _general(k, record, out, namespace, forward, residuals):
 def _linear(k, record, out, namespace, forward, residuals):
     # A scalar x + y, x - y, x * y: local partials from the forward pass, and a
     # backward that only multiplies (and skips a zero cotangent: NaN-safe).
-    parents, op, partials_of, argnums = record.parents, record.op, record.partials_of, \
-        record.argnums
-    a, b = _arguments(k, record.args, dict(zip(argnums, parents)), namespace)
-    namespace[f"f{k}"] = op
-    forward.append(f"    append(f{k}({a}, {b}))")
+    parents, partials_of, argnums = record.parents, record.partials_of, record.argnums
+    call, args, _ = _call(k, record, namespace)
+    forward.append(f"    append({call})")
     if type(partials_of) is tuple:
         namespace[f"q{k}"] = partials_of            # constant: nothing to form
     else:
         namespace[f"m{k}"] = partials_of
-        forward.append(f"    q{k} = m{k}({a}, {b})")
+        forward.append(f"    q{k} = m{k}({args})")
         residuals.append(f"q{k}")
     lines = ["        if g != 0:"]
     for slot, i in zip(parents, argnums):

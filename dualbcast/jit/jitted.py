@@ -22,20 +22,35 @@ from ..core.trace import (SEED_FOR, ArgumentPositions, gradient_like, leaf_gradi
 from .program import GuardFailed, compile_program
 from .recorder import COPY_LIMIT, ProgramRecorder
 from .signature import Unreplayable, free_variables, signature
+from .staged import StagedPrograms
 
 
 def jit(fn: Callable) -> Callable:
-    """Record the program of ``fn``, a function made by :func:`dualbcast.grad` or
-    :func:`dualbcast.value_and_grad` (with any ``argnums`` and ``out=``), and replay it:
-    the result is called as ``fn`` is, and gives what ``fn`` gives.
+    """Record the program of ``fn`` and replay it: the result is called as ``fn`` is,
+    and gives what ``fn`` gives.
 
-    The first call with a given signature — the differentiated arguments' structure,
-    shapes, dtypes and strides, the other arguments' values — traces ``f`` and records
-    its operations; later calls replay them on the new values without running ``f``'s
-    Python code.  The program takes its final form early: the second call writes it out
-    as Python code, and the third compiles a program of kernel sums and scalar
-    arithmetic into one Numba function (about a second, once: it is cached on disk
-    beside the kernels' loops).
+    ``fn`` made by :func:`dualbcast.grad` or :func:`dualbcast.value_and_grad` (with any
+    ``argnums`` and ``out=``): the first call with a given signature — the
+    differentiated arguments' structure, shapes, dtypes and strides, the other
+    arguments' values — traces ``f`` and records its operations; later calls replay
+    them on the new values without running ``f``'s Python code.  The program takes its
+    final form early: the second call writes it out as Python code, and the third
+    compiles a program of kernel sums and scalar arithmetic into one Numba function
+    (about a second, once: it is cached on disk beside the kernels' loops).
+
+    Any other function (one that calls :func:`dualbcast.jvp`, ``grad``, ``hessian``,
+    ``jacobian`` inside — a Hessian-vector product — or no derivative at all): its
+    float arguments (arrays and scalars, alone or in tuples, lists and dicts) are its
+    inputs, keyed by shape and dtype; every other argument by its value.  The first call
+    with a signature traces it once, recording every operation on its inputs, those of
+    the derivatives computed inside too (their tangents and backward passes; a
+    kernel's second-order loop as one call); later calls run the records as generated
+    Python code.  Values, jvps and Hessian-vector products come out bit for bit as the
+    eager call's; a gradient computed inside runs its backward pass as recorded
+    operations, which may add cotangents in another order than the eager pass: equal
+    to rounding.  Called inside a trace (``db.grad(db.jit(f))``), ``f`` runs as it is;
+    an operation that cannot be recorded (a NumPy function with no gradient rule on
+    an input) makes the signature eager.
 
     The contract is ``jax.jit``'s: ``f`` computes from its arguments.  What a replay
     checks, it checks on every call, and traces again when anything differs:
@@ -55,8 +70,9 @@ def jit(fn: Callable) -> Callable:
     - an error or a floating-point warning met by a replay (an underflow too, unless
       NumPy's settings ignore it) means tracing again (``f`` may catch it, or warn
       as NumPy's settings say); a program that caught an error, printed a traced
-      value or called ``stop_gradient`` is traced on every call; so is a call with
-      an argument a signature cannot compare (an object with state, a bound method).
+      value or called ``stop_gradient`` (in a gradient function) is traced on every
+      call; so is a call with an argument a signature cannot compare (an object
+      with state, a bound method).
 
     What it cannot see, and replays regardless: an attribute or container entry
     changed (``cfg.scale``, ``params["w"]``), a name rebound inside a helper ``f``
@@ -68,15 +84,28 @@ def jit(fn: Callable) -> Callable:
     >>> step = db.jit(db.value_and_grad(lambda x: np.sum(x ** 2)))
     >>> [step(np.array([1.0, 2.0]))[1] for _ in range(3)][-1]
     array([2., 4.])
+    >>> hvp = db.jit(lambda x, v: db.jvp(db.grad(lambda x: np.sum(x ** 3)), (x,), (v,))[1])
+    >>> [hvp(np.array([1.0, 2.0]), np.array([1.0, 0.0])) for _ in range(3)][-1]
+    array([6., 0.])
     """
-    spec = getattr(fn, "__dualbcast_gradient__", None)
-    if type(spec) is not GradientFunction:
-        raise TypeError(f"dualbcast.jit takes a function made by dualbcast.grad or "
-                        f"dualbcast.value_and_grad (e.g. db.jit(db.value_and_grad(f))); got "
-                        f"{fn!r}")
     if getattr(fn, "__dualbcast_jitted__", False):
         return fn
-    return _jitted(spec)
+    spec = getattr(fn, "__dualbcast_gradient__", None)
+    if type(spec) is GradientFunction:
+        return _jitted(spec)
+    if not callable(fn):
+        raise TypeError(f"dualbcast.jit takes a function, not {fn!r}")
+    return _staged(fn)
+
+
+def _staged(f):
+    programs = StagedPrograms(f)
+
+    @functools.wraps(f)
+    def jitted(*args, **kwargs):
+        return programs(args, kwargs)
+    setattr(jitted, "__dualbcast_jitted__", True)
+    return jitted
 
 
 def _jitted(spec):

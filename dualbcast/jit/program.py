@@ -40,8 +40,8 @@ class Program:
     FUSE_AFTER = 1
     FUSE_UP_TO = 100
 
-    __slots__ = ("steps", "guards", "generated", "runs", "output", "arrays", "watched",
-                 "leaves", "free", "slots", "fusion", "short_runs", "kernels")
+    __slots__ = ("steps", "guards", "generated", "runs", "output", "leaves", "slots",
+                 "fusion", "short_runs", "assumptions")
 
     def __init__(self, tape, recorder, output, arrays, free):
         """``recorder``: the trace's :class:`.recorder.ProgramRecorder`; ``arrays``:
@@ -50,45 +50,18 @@ class Program:
         self.leaves = len(tape.values) - len(tape.records)
         self.slots = len(tape.values)
         self.output = ("slot", output.slot) if type(output) is Box else ("constant", output)
-        self.guards = [(position, _guard(*rest)) for position, *rest in recorder.guards]
+        self.guards = program_guards(recorder)
         self.steps = _steps(tape.records, self.guards)
         self.generated = None       # (forward, backward) once generated
         self.runs = 0
         self.fusion = None          # the program as one Numba function, if it can be
         self.short_runs = 0
-        self.arrays = arrays
-        # (reference to a constant, the copy the tape kept): weak for an array (a
-        # temporary of the trace costs nothing), strong for a list.  The copy stays
-        # writeable like the original: a read-only array is another Numba type, and a
-        # kernel would compile again for it.
-        self.watched = [(_reference(original), kept) for original, kept
-                        in {id(pair[1]): pair for pair in recorder.copies}.values()]
-        self.free = free            # f's free variables at the trace
-        # The kernels' calls: each must still run the code it ran at the trace (a name
-        # a kernel reads may change, and the fused program calls its loop directly).
-        # (What each was compiled with: retired once the kernel is compiled afresh.)
-        prepared_calls = (kernel_prepared(record.func) for record in tape.records
-                          if type(record) is RuleRecord)
-        self.kernels = [prepared.dependencies for prepared in prepared_calls
-                        if prepared is not None]
+        self.assumptions = Assumptions(tape, recorder, arrays, free)
 
     def check(self, arrays, read_free_variables):
         """:class:`GuardFailed` unless what the signature cannot hold is as at the
-        trace: ``f``'s free variables, the argument arrays' and the watched constants'
-        contents."""
-        free = read_free_variables()
-        if len(free) != len(self.free) or not all(map(operator.is_, free, self.free)):
-            raise GuardFailed           # f names another object than at the trace
-        for given, kept in zip(arrays, self.arrays):
-            if not identical(given, kept):
-                raise GuardFailed
-        for ref, kept in self.watched:
-            original = ref()
-            if original is not None and not identical(original, kept):
-                raise GuardFailed       # a global array changed in place since the trace
-        for dependencies in self.kernels:
-            if not dependencies.unchanged():
-                raise GuardFailed       # a name a kernel reads changed: compiled afresh
+        trace (see :class:`Assumptions`)."""
+        self.assumptions.check(arrays, read_free_variables)
 
     def run(self, tape, arrays, read_free_variables):
         """Fill ``tape`` (its input slots already there): ``(output, residuals)``, the
@@ -159,6 +132,53 @@ class Program:
             return self.generated[1](values, grads, owned, residuals)
         finally:
             restore_float_errors(errors)
+
+
+class Assumptions:
+    """What a recorded program assumes of the world beyond its signature, checked
+    before each run: ``f``'s free variables, the argument arrays' and the watched
+    constants' contents, and the code the kernels it calls were compiled from."""
+
+    __slots__ = ("free", "arrays", "watched", "kernels")
+
+    def __init__(self, tape, recorder, arrays, free):
+        self.arrays = arrays
+        # (reference to a constant, the copy the tape kept): weak for an array (a
+        # temporary of the trace costs nothing), strong for a list.  The copy stays
+        # writeable like the original: a read-only array is another Numba type, and a
+        # kernel would compile again for it.
+        self.watched = [(_reference(original), kept) for original, kept
+                        in {id(pair[1]): pair for pair in recorder.copies}.values()]
+        self.free = free            # f's free variables at the trace
+        # The kernels' calls: each must still run the code it ran at the trace (a name
+        # a kernel reads may change, and the fused program calls its loop directly).
+        # (What each was compiled with: retired once the kernel is compiled afresh.)
+        prepared_calls = (kernel_prepared(record.func) for record in tape.records
+                          if type(record) is RuleRecord)
+        self.kernels = [prepared.dependencies for prepared in prepared_calls
+                        if prepared is not None]
+
+    def check(self, arrays, read_free_variables):
+        """:class:`GuardFailed` unless all of it is as at the trace."""
+        free = read_free_variables()
+        if len(free) != len(self.free) or not all(map(operator.is_, free, self.free)):
+            raise GuardFailed           # f names another object than at the trace
+        for given, kept in zip(arrays, self.arrays):
+            if not identical(given, kept):
+                raise GuardFailed
+        for ref, kept in self.watched:
+            original = ref()
+            if original is not None and not identical(original, kept):
+                raise GuardFailed       # a global array changed in place since the trace
+        for dependencies in self.kernels:
+            if not dependencies.unchanged():
+                raise GuardFailed       # a name a kernel reads changed: compiled afresh
+
+
+def program_guards(recorder):
+    """The guards a trace's recorder collected, as ``(record count, check)``:
+    ``check(values)`` raises :class:`GuardFailed` when the outcome differs."""
+    return [(position, _guard(*rest)) for position, *rest in recorder.guards]
 
 
 def compile_program(tape, recorder, output, arrays, free):

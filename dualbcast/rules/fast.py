@@ -14,7 +14,8 @@ from ..kernel.products import nan_safe_dot
 from ..kernel.threads import multiply_in_place
 from ..kernel.tracing import hook
 from .common import nan_safe, shape_of, unbroadcast
-from .fast_nested import NestedKernelRule, forward_call, nested_outputs, plain
+from ..core.staging import staging_only
+from .fast_nested import NestedKernelRule, forward_call, nested_outputs, plain, run_loop
 
 
 def traced_call(kernel, args):
@@ -28,13 +29,16 @@ def traced_sum(kernel, args):
 def _traced(rule_type, kernel, args):
     tape, values, parents, active, _ = trace_inputs(args)
     mode = "map" if rule_type is _CallRule else "sum"
+    if tape.staging:                # dualbcast.jit records the program: the value only
+        return run_loop(kernel, mode, None, args)
+    if tape.tangents is not None and staging_only(values):
+        # forward mode: the tangent loop (staged inside dualbcast.jit)
+        return forward_call(kernel, mode, tape, values, active, parents)
     if not plain(values):           # traced by enclosing traces too: second order
         value, partials = nested_outputs(kernel, mode, values, active)
         rule = NestedKernelRule(kernel, mode, active, partials)
         return record(tape, value, parents, active, rule.vjps(len(values)), tuple(values),
                       _NO_KWARGS, rule)
-    if tape.tangents is not None:   # forward mode: the tangent loop
-        return forward_call(kernel, mode, tape, values, active, parents)
     rule = rule_type(kernel, active)
     try:
         ans, vjps = rule(tape, values, parents)

@@ -12,13 +12,16 @@ arguments are traced by more than one trace, or by a forward-mode one.
   :class:`KernelOutput`, whose cotangent a partial sends back is a Hessian-vector
   product too (the Hessian is symmetric).
 
-A third trace around those would need third derivatives of the kernel: refused with a
-clear error.
+Inside ``dualbcast.jit`` of such a function, the outermost trace only records the
+program (a staging trace, :mod:`dualbcast.core.staging`): each loop above is recorded
+there as one staged call (:func:`run_loop`).  Any other third trace around those would
+need third derivatives of the kernel: refused with a clear error.
 """
 import numpy as np
 
 from ..core.box import Box, keep, record, trace_inputs
 from ..core.forward import forward_result
+from ..core.staging import staged_call, staging_only
 from .common import nan_safe, shape_of, unbroadcast
 
 
@@ -33,15 +36,9 @@ def forward_call(kernel, mode, tape, values, active, parents):
             positions.append(i)
             tangents.append(t)
     if not positions:
-        ans = kernel.prepare(mode, values).map(values) if mode == "map" else \
-            kernel.prepare(mode, values).sum(values)
-        return forward_result(tape, ans, None)
-    if mode == "map":
-        ans, tangent = kernel.prepare("tangent", values, tuple(positions)).tangent(
-            values, tuple(tangents))
-    else:
-        ans, tangent = kernel.prepare("sum_tangent", values, tuple(positions)).sum_tangent(
-            values, tuple(tangents))
+        return forward_result(tape, run_loop(kernel, mode, None, values), None)
+    loop = "tangent" if mode == "map" else "sum_tangent"
+    ans, tangent = run_loop(kernel, loop, tuple(positions), values, tangents)
     return forward_result(tape, ans, tangent)
 
 
@@ -53,6 +50,10 @@ def nested_outputs(kernel, mode, values, active):
     enclosing = _enclosing_forward_trace(values)
     if enclosing is not None:
         return _forward_outputs(kernel, mode, values, active, enclosing)
+    if staging_only(values):
+        # The enclosing trace only records the program (dualbcast.jit): the first-order
+        # loop, staged as one record.
+        return _first_order(kernel, mode, values, tuple(active))
     # The enclosing trace is reverse mode (grad(grad(f))): one first-order loop, each
     # output recorded with its own vjps.
     tape, plain_values, parents, argnums, others = trace_inputs(values)
@@ -68,12 +69,12 @@ def nested_outputs(kernel, mode, values, active):
 
 
 def _enclosing_forward_trace(values):
-    """The trace of the boxes among ``values`` when they all belong to one forward-mode
+    """The innermost trace of the boxes among ``values`` when it is a forward-mode
     trace (``jvp(grad(f))``: the common second order), else None."""
-    tapes = {id(value.tape): value.tape for value in values if type(value) is Box}
-    if len(tapes) != 1:
+    tapes = [value.tape for value in values if type(value) is Box]
+    if not tapes:
         return None
-    tape = next(iter(tapes.values()))
+    tape = max(tapes, key=lambda tape: tape.level)
     return tape if tape.tangents is not None and not tape.closed else None
 
 
@@ -83,21 +84,21 @@ def _forward_outputs(kernel, mode, values, active, tape):
     ``tape`` (nothing recorded: a forward trace keeps no records)."""
     plain_values, positions, tangents = list(values), [], []
     for i, value in enumerate(values):
-        if type(value) is Box:
+        if type(value) is Box and value.tape is tape:
             plain_values[i] = value.value
             t = tape.tangents.get(value.slot)
             if t is not None:
                 positions.append(i)
                 tangents.append(t)
-    _refuse_third_order(kernel, plain_values)
     if not positions:
         value, partials = _first_order(kernel, mode, plain_values, tuple(active))
         return forward_result(tape, value, None), tuple(
             forward_result(tape, p, None) for p in partials)
     loop = "partials_tangent" if mode == "map" else "sum_partials_tangent"
-    prepared = kernel.prepare(loop, plain_values, (tuple(active), tuple(positions)))
-    value, value_tangent, partials, partial_tangents = getattr(prepared, loop)(
-        plain_values, tuple(tangents))
+    outputs = run_loop(kernel, loop, (tuple(active), tuple(positions)), plain_values, tangents)
+    count = len(active)
+    value, value_tangent = outputs[:2]
+    partials, partial_tangents = outputs[2:2 + count], outputs[2 + count:]
     return forward_result(tape, value, value_tangent), tuple(
         forward_result(tape, p, t) for p, t in zip(partials, partial_tangents))
 
@@ -144,21 +145,78 @@ class NestedKernelRule:
 
 def _first_order(kernel, mode, values, wrt):
     """``(value, partials w.r.t. wrt)`` from the kernel's first-order loop."""
-    _refuse_third_order(kernel, values)
-    if mode == "map":
-        value, partials = kernel.prepare("partials", values, wrt).value_and_partials(values)
-    else:
-        value, partials = kernel.prepare("sum_partials", values, wrt).sum_and_partials(values)
-    return value, (partials if type(partials) is tuple else (partials,))
+    outputs = run_loop(kernel, "partials" if mode == "map" else "sum_partials", wrt, values)
+    return outputs[0], outputs[1:]
 
 
 def _hessian_times(kernel, mode, values, j, i, t):
     """The partial (map) or gradient (sum) of argument ``j``, differentiated along the
     tangent ``t`` of argument ``i``: one second-order loop."""
-    _refuse_third_order(kernel, values)
     loop = "partials_tangent" if mode == "map" else "sum_partials_tangent"
-    prepared = kernel.prepare(loop, values, ((j,), (i,)))
-    return getattr(prepared, loop)(values, (t,))[3][0]
+    return run_loop(kernel, loop, ((j,), (i,)), values, (t,))[3]
+
+
+class KernelLoop:
+    """One of a kernel's loops as a function of its operands, the arguments then the
+    tangents (see :mod:`dualbcast.kernel.tangents`), giving its outputs as one flat
+    tuple: the value, the value's tangent (tangent modes), the partials, their tangents
+    (second order) -- or, for "map" and "sum", the value alone.  ``spec``: the loop's
+    ``wrt`` / tangent positions.  What a staging trace records (a replay calls it)."""
+
+    __slots__ = ("kernel", "loop", "spec", "nargs")
+
+    def __init__(self, kernel, loop, spec, nargs):
+        self.kernel, self.loop, self.spec, self.nargs = kernel, loop, spec, nargs
+
+    @property
+    def __name__(self):
+        return f"{self.kernel.__name__} ({self.loop} loop)"
+
+    @property
+    def outputs(self):
+        """How many values the loop gives (None: one, not in a tuple)."""
+        loop, spec = self.loop, self.spec
+        if loop in ("map", "sum"):
+            return None
+        if loop in ("partials", "sum_partials"):
+            return 1 + len(spec)
+        if loop in ("tangent", "sum_tangent"):
+            return 2
+        return 2 + 2 * len(spec[0])
+
+    def __call__(self, *operands):
+        values, tangents = operands[:self.nargs], operands[self.nargs:]
+        loop, prepared = self.loop, self.kernel.prepare(self.loop, values, self.spec)
+        if loop == "map":
+            return prepared.map(values)
+        if loop == "sum":
+            return prepared.sum(values)
+        if loop in ("partials", "sum_partials"):
+            value, partials = prepared.value_and_partials(values) if loop == "partials" \
+                else prepared.sum_and_partials(values)
+            return (value, *(partials if type(partials) is tuple else (partials,)))
+        outputs = getattr(prepared, loop)(values, tuple(tangents))
+        if loop in ("tangent", "sum_tangent"):
+            return outputs
+        value, value_tangent, partials, partial_tangents = outputs
+        return (value, value_tangent, *partials, *partial_tangents)
+
+
+def run_loop(kernel, loop, spec, values, tangents=()):
+    """What :class:`KernelLoop` gives on ``values`` and ``tangents``: computed, or, if
+    boxes of a staging trace are among them (dualbcast.jit), recorded there as one
+    staged call.  Boxes of any other trace would need a derivative of the loop's own:
+    third order, refused."""
+    call = KernelLoop(kernel, loop, spec, len(values))
+    operands = (*values, *tangents)
+    if plain(operands):
+        return call(*operands)
+    if not staging_only(operands):
+        raise NotImplementedError(
+            f"{kernel.__name__}: derivatives of third order or higher through a "
+            f"fast_broadcast kernel are not supported (kernels give value, partials and "
+            f"Hessian-vector products); write that part with NumPy operations")
+    return staged_call(call, operands, call.outputs)
 
 
 class KernelOutput:
@@ -201,14 +259,6 @@ def _vjps(kernel, mode, active, which, nargs):
                 return to_argument(hv, values[j])
         return vjp
     return tuple(vjp_for(j) for j in range(nargs))
-
-
-def _refuse_third_order(kernel, values):
-    if any(type(value) is Box for value in values):
-        raise NotImplementedError(
-            f"{kernel.__name__}: derivatives of third order or higher through a "
-            f"fast_broadcast kernel are not supported (kernels give value, partials and "
-            f"Hessian-vector products); write that part with NumPy operations")
 
 
 def plain(values):

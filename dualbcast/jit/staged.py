@@ -1,0 +1,222 @@
+"""``jit`` of any function (one that is not made by ``grad``/``value_and_grad``): its
+program staged once per signature and run again.
+
+The first call with a signature traces the function on a staging tape
+(:mod:`dualbcast.core.staging`): its float arguments (arrays and scalars, alone or in
+tuples, lists, dicts) are boxed, and every operation computed from them is recorded,
+those of the ``jvp``/``grad``/``hessian`` traces nested inside too -- a tangent, a
+backward pass, a kernel's second-order loop.  The records, the guards the trace met
+and the output's structure are the program; later calls check what the signature
+cannot hold (as a gradient's program does: :class:`.program.Assumptions`) and run
+the records as generated Python code, under the replay's floating-point settings
+(an error or a warning means tracing again, which meets it as the eager call would).
+"""
+import numpy as np
+
+from ..core.box import Box
+from ..core.pytree import flatten, unflatten
+from ..core.tape import raise_float_errors, restore_float_errors
+from ..core.trace import start_tracing, stop_tracing, trace_arguments, tracing_state
+from .codegen import generate_forward
+from .program import Assumptions, GuardFailed, Program, _steps, program_guards
+from .recorder import COPY_LIMIT, ProgramRecorder
+from .signature import Unreplayable, free_variables, signature
+
+_FLOAT_SCALARS = (float, np.float64, np.float32, np.float16)
+
+
+def traceable(arg):
+    """Whether a staged program takes ``arg`` as an input (keyed by its shape and
+    dtype) rather than a constant (keyed by its value): a float array or scalar, or a
+    non-empty tuple, list or dict of them."""
+    if _float_leaf(arg):
+        return True
+    if not isinstance(arg, (tuple, list, dict)):
+        return False
+    leaves = flatten(arg)[0]
+    return bool(leaves) and all(map(_float_leaf, leaves))
+
+
+def _float_leaf(leaf):
+    kind = type(leaf)
+    return kind in _FLOAT_SCALARS or kind is np.ndarray and leaf.dtype.kind == "f"
+
+
+class StagedPrograms:
+    """The staged programs of one jitted function, by signature."""
+
+    MAX_SIGNATURES = 32
+
+    def __init__(self, f):
+        self.f = f
+        self.free_variables = free_variables(f)
+        self.entries = {}       # signature key -> StagedEntry, oldest first
+
+    def __call__(self, args, kwargs):
+        f = self.f
+        if getattr(tracing_state(), "tape", None) is not None:
+            # Inside a trace (jit(f) differentiated, or called by a traced function):
+            # f runs as it is, its operations recorded by that trace.
+            return f(*args, **kwargs)
+        inputs = tuple(map(traceable, args))
+        trees = []
+        try:
+            key, arrays = signature(args, kwargs, inputs, trees)
+            entry = self.entries.get(key)
+        except (Unreplayable, TypeError):       # TypeError: an unhashable dict key
+            return f(*args, **kwargs)
+        if entry is None:
+            if len(self.entries) >= self.MAX_SIGNATURES:
+                del self.entries[next(iter(self.entries))]
+            entry = self.entries[key] = StagedEntry()
+        program = entry.program
+        if program is not None:
+            values = [leaf for leaves, _ in trees for leaf in leaves]
+            errors = raise_float_errors()
+            try:
+                program.check(arrays, self.free_variables)
+                output = program.run(values)
+            except Exception:       # a guard failed, or an error the trace did not meet
+                entry.failures += 1
+                entry.program = None
+            else:
+                entry.replays += 1
+                return output
+            finally:
+                restore_float_errors(errors)
+        if not entry.wanted or sum(a.nbytes for a in arrays) > COPY_LIMIT:
+            # (arguments this large would be copied and compared on every call)
+            entry.replayable = False
+            return f(*args, **kwargs)
+        return self._trace(entry, args, kwargs, inputs, arrays)
+
+    def _trace(self, entry, args, kwargs, inputs, arrays):
+        """``f(*args, **kwargs)``, traced on a staging tape; its program kept for the
+        calls that follow."""
+        f = self.f
+        recorder = ProgramRecorder()
+        # What the program is checked against later, taken before f runs (f may write
+        # into an argument): its free variables and the argument arrays' contents.
+        free = self.free_variables()
+        kept = [np.array(a, copy=True) for a in arrays]
+        tape = start_tracing(single_use=False, recorder=recorder, staging=True)
+        try:
+            traced_args = trace_arguments(tape, args, [i for i, x in enumerate(inputs) if x])[0]
+            try:
+                out = f(*traced_args, **kwargs)
+            except Exception:
+                failed = True
+            else:
+                failed = False
+        finally:
+            stop_tracing(tape)
+        entry.traces += 1
+        if failed:
+            # An operation that cannot be staged (a NumPy function with no rule called
+            # on an input), or f's own error: f runs as it is, and raises if it does.
+            output = f(*args, **kwargs)
+            entry.replayable = False        # it ran, where the trace could not
+            return output
+        leaves, tree = flatten(out)
+        outputs = [_output(leaf, tape, f) for leaf in leaves]
+        entry.program = StagedProgram.of(tape, recorder, tree, outputs, kept, free)
+        entry.replayable = entry.program is not None
+        return unflatten(tree, [leaf.value if type(leaf) is Box else leaf for leaf in leaves])
+
+
+_PLAIN_OUTPUTS = frozenset({float, int, bool, complex, str, bytes, np.ndarray})
+
+
+def _output(leaf, tape, f):
+    """Where a replay finds an output leaf: ``("slot", n)`` for a value the program
+    computes, ``("constant", value)`` for one it does not."""
+    if type(leaf) is Box:
+        if leaf.tape is tape:
+            return ("slot", leaf.slot)
+        raise RuntimeError("a traced value was used after its grad/vjp/jvp call returned; "
+                           "return it from that function instead")
+    if type(leaf) not in _PLAIN_OUTPUTS and not isinstance(leaf, np.generic) \
+            and leaf is not None:
+        raise TypeError(f"dualbcast.jit: {getattr(f, '__name__', f)!r} returned a "
+                        f"{type(leaf).__name__}; a jitted function returns arrays, numbers, "
+                        f"and tuples, lists and dicts of them")
+    return ("constant", _fresh(leaf))       # (a copy: the trace hands out the original)
+
+
+class StagedEntry:
+    """A signature's program and counts (see :class:`.jitted.Programs`)."""
+
+    __slots__ = ("program", "traces", "replays", "failures", "replayable")
+
+    def __init__(self):
+        self.program = None
+        self.traces = 0
+        self.replays = 0
+        self.failures = 0
+        self.replayable = True
+
+    @property
+    def wanted(self):
+        # Recorded unless control flow changes on most calls (every replay would fail).
+        return self.replayable and self.failures <= 2 * self.replays + 4
+
+
+class StagedProgram:
+    """A staged trace, ready to run on new values of the same signature."""
+
+    __slots__ = ("records", "guards", "forward", "leaves", "tree", "outputs", "assumptions")
+
+    @classmethod
+    def of(cls, tape, recorder, tree, outputs, arrays, free):
+        """The program of a finished staging trace, or None if it cannot be run again
+        (it did what a record cannot describe)."""
+        if not recorder.replayable:
+            return None
+        leaves = len(tape.values) - len(tape.records)
+        if any(record.out != leaves + k for k, record in enumerate(tape.records)):
+            return None
+        return cls(tape, recorder, tree, outputs, arrays, free)
+
+    def __init__(self, tape, recorder, tree, outputs, arrays, free):
+        self.records = tape.records
+        self.guards = program_guards(recorder)
+        self.forward = None         # generated at the first run
+        self.leaves = len(tape.values) - len(tape.records)
+        self.tree, self.outputs = tree, outputs
+        self.assumptions = Assumptions(tape, recorder, arrays, free)
+
+    def check(self, arrays, read_free_variables):
+        self.assumptions.check(arrays, read_free_variables)
+
+    def run(self, values):
+        """The output on the input leaves ``values`` (a list, extended with every
+        record's value); :class:`GuardFailed` when the program would differ."""
+        if len(values) != self.leaves:
+            raise GuardFailed
+        forward = self.forward
+        if forward is None:
+            if len(self.records) > Program.GENERATE_UP_TO:
+                forward = self.forward = self._interpreted()
+            else:
+                forward = self.forward = generate_forward(self.records, self.guards)
+                self.records = None         # (their values of the trace: not kept)
+        forward(values)
+        return unflatten(self.tree, [values[where] if kind == "slot" else _fresh(where)
+                                     for kind, where in self.outputs])
+
+    def _interpreted(self):
+        """``forward(values)`` as a loop over the records (a program too long to be
+        compiled as Python source in reasonable time)."""
+        steps = _steps(self.records, self.guards)
+
+        def forward(values):
+            records = []
+            for step in steps:
+                step(None, values, records)
+        return forward
+
+
+def _fresh(constant):
+    # A constant array of the output is handed out anew each call: the caller may
+    # write into it, as into the eager call's result.
+    return constant.copy() if type(constant) is np.ndarray else constant

@@ -1,0 +1,367 @@
+"""``db.jit`` of functions that are not gradients (dualbcast/jit/staged.py): Hessian-vector
+products, jvps, Hessians, Jacobians, gradients computed inside, and plain programs,
+staged once per signature and run again.
+
+The contract: a replay computes what the eager call computes.  Values, jvps and
+Hessian-vector products (whose eager call nests the same traces) come out bit for bit;
+a gradient computed inside is a nested derivative there (its backward pass recorded as
+operations): equal to the eager gradient to rounding.  Checked against the eager
+call, autograd, and a fresh trace."""
+import math
+import tracemalloc
+import warnings
+
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dualbcast as db
+from profiles import examples
+from replays import staged_counts
+from test_jit_adversarial import ARRAY_OPS, array_program, assert_same, call_sequences
+
+RNG = np.random.default_rng(11)
+
+
+@db.fast_broadcast
+def rho(r):
+    return math.exp(-3.0 * (r + 1.0))
+
+
+@db.fast_broadcast
+def pair(r, a):
+    if r > 0.5:
+        return a * r * r * math.sin(r)
+    return a * math.cos(r) - r ** 3
+
+
+def eam(x, np=np, kernel=True):
+    p = rho.sum(x) if kernel and np is not anp else np.sum(np.exp(-3.0 * (x + 1.0)))
+    return p ** 2 + p ** 3 + 0.25 * p ** 4
+
+
+def graph(x, np=np):
+    memo = {}
+
+    def node(k):
+        if k not in memo:
+            memo[k] = np.sin(x[k]) if k < 2 else node(k - 1) * node(k - 2) + np.tanh(node(k - 1))
+        return memo[k]
+    return node(len(x) - 1)
+
+
+def branchy(x, np=np):
+    total = 0.0
+    for xi in x:
+        total = total + (np.cosh(xi) ** -1 if xi > 0 else np.tanh(xi) * xi)
+    return total
+
+
+def pair_energy(x, np=np):
+    if np is anp:
+        value = anp.where(x > 0.5, 1.5 * x * x * anp.sin(x), 1.5 * anp.cos(x) - x ** 3)
+        return anp.sum(value * x)
+    return np.sum(pair(x, 1.5) * x)
+
+
+def pair_sum(x, np=np):
+    if np is anp:
+        return anp.sum(anp.where(x > 0.5, 1.5 * x * x * anp.sin(x), 1.5 * anp.cos(x) - x ** 3))
+    return pair.sum(x, 1.5)
+
+
+PROGRAMS = {
+    "eam_kernel": (eam, lambda x: eam(x, anp)),
+    "eam_numpy": (lambda x: eam(x, kernel=False), lambda x: eam(x, anp)),
+    "graph_memo": (graph, lambda x: graph(x, anp)),
+    "branchy": (branchy, lambda x: branchy(x, anp)),
+    "pair_map": (pair_energy, lambda x: pair_energy(x, anp)),
+    "pair_sum": (pair_sum, lambda x: pair_sum(x, anp)),
+}
+
+
+def _hvp(f):
+    return lambda x, v: db.jvp(db.grad(f), (x,), (v,))[1]
+
+
+def _bits(value):
+    return np.ascontiguousarray(value).view(np.uint8).tobytes()
+
+
+# ------------------------------------------------------------------ second order under jit
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_jitted_hvp_is_the_eager_hvp_bit_for_bit(name):
+    f, oracle = PROGRAMS[name]
+    eager = _hvp(f)
+    jitted = db.jit(eager)
+    v = RNG.standard_normal(6)
+    signs = np.array([1.0, -0.3, 1.0, 1.0, -0.3, 1.0])     # (branchy's branches kept)
+    for call in range(5):
+        x = signs * RNG.uniform(0.1, 1.2, 6)
+        got, want = jitted(x, v), eager(x, v)
+        assert _bits(got) == _bits(want), (call, got, want)
+        np.testing.assert_allclose(got, autograd.hessian(oracle)(x) @ v, rtol=1e-10,
+                                   atol=1e-12)
+    assert staged_counts(jitted) == (1, 4)
+
+
+@pytest.mark.parametrize("n", [1, 100, 10 ** 5])
+def test_jitted_eam_hvp_at_sizes_a_kernel_loop_splits(n):
+    hvp = _hvp(eam)
+    jitted = db.jit(hvp)
+    v = RNG.standard_normal(n)
+    for _ in range(3):
+        x = RNG.uniform(-0.5, 1.0, n)
+        assert _bits(jitted(x, v)) == _bits(hvp(x, v))
+    assert staged_counts(jitted) == (1, 2)
+
+
+def test_jit_of_jvp_hessian_jacobian_and_nested_grad():
+    def f(x):
+        return np.sum(np.sin(x) * x ** 2) + rho.sum(x) * np.prod(x[:2])
+
+    def fa(x):
+        return anp.sum(anp.sin(x) * x ** 2) + anp.sum(anp.exp(-3.0 * (x + 1.0))) * anp.prod(x[:2])
+
+    def vector(x):
+        return np.stack([np.sum(x ** 3), rho.sum(x), x[0] * x[1]])
+
+    def vector_a(x):
+        return anp.stack([anp.sum(x ** 3), anp.sum(anp.exp(-3.0 * (x + 1.0))), x[0] * x[1]])
+
+    functions = {
+        "jvp": (lambda x, v: db.jvp(f, (x,), (v,)),
+                lambda x, v: (fa(x), autograd.grad(fa)(x) @ v)),
+        "hessian": (lambda x, v: db.hessian(f)(x), lambda x, v: autograd.hessian(fa)(x)),
+        "jacobian_forward": (lambda x, v: db.jacobian(vector, mode="forward")(x),
+                             lambda x, v: autograd.jacobian(vector_a)(x)),
+        "jacobian_reverse": (lambda x, v: db.jacobian(vector, mode="reverse")(x),
+                             lambda x, v: autograd.jacobian(vector_a)(x)),
+        "grad_of_grad_dot_v": (lambda x, v: db.grad(lambda y: db.grad(f)(y) @ v)(x),
+                               lambda x, v: autograd.hessian(fa)(x) @ v),
+    }
+    for name, (function, oracle) in functions.items():
+        jitted = db.jit(function)
+        for _ in range(3):
+            x, v = RNG.uniform(0.1, 1.0, 4), RNG.standard_normal(4)
+            got, want = jitted(x, v), function(x, v)
+            for g, w, o in zip(np.atleast_1d(got) if name != "jvp" else got,
+                               np.atleast_1d(want) if name != "jvp" else want,
+                               oracle(x, v) if name == "jvp" else np.atleast_1d(oracle(x, v))):
+                assert _bits(g) == _bits(w), name
+                np.testing.assert_allclose(g, o, rtol=1e-11, atol=1e-13, err_msg=name)
+        assert staged_counts(jitted) == (1, 2), name
+
+
+def test_a_gradient_inside_jit_is_the_eager_gradient_to_rounding():
+    def f(x, a):
+        return np.sum(pair(x, a) * np.exp(-x)) + a * rho.sum(x[::2])
+
+    def step(x, a):
+        value, gradient = db.value_and_grad(f, argnums=(0, 1))(x, a)
+        return value, x - 0.1 * gradient[0], gradient[1]
+
+    jitted = db.jit(step)
+    for _ in range(4):
+        x, a = RNG.uniform(-0.5, 1.5, 9), float(RNG.uniform(0.5, 2.0))
+        got, want = jitted(x, a), step(x, a)
+        assert _bits(got[0]) == _bits(want[0])          # the value: the same operations
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-14, atol=1e-15)
+        assert got[2] == pytest.approx(want[2], rel=1e-14)
+    assert staged_counts(jitted) == (1, 3)
+
+
+def test_a_replay_is_the_trace_of_its_arguments_bit_for_bit():
+    def step(x):
+        return db.grad(lambda y: np.sum(np.tanh(y) * y[::-1]) + rho.sum(y) ** 2)(x)
+
+    first, second = RNG.standard_normal(7), RNG.standard_normal(7)
+    replayed = db.jit(step)
+    replayed(first)
+    traced = db.jit(step)
+    assert _bits(replayed(second)) == _bits(traced(second))
+    assert staged_counts(replayed) == (1, 1) and staged_counts(traced) == (1, 0)
+
+
+# ------------------------------------------------------------------ random programs
+
+def _same_outcomes(eager, jitted, calls):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for number, args in enumerate(calls, 1):
+            try:
+                expected = eager(*args)
+            except Exception as err:
+                expected = err
+            try:
+                got = jitted(*args)
+            except Exception as err:
+                got = err
+            if isinstance(expected, Exception) or isinstance(got, Exception):
+                assert type(got) is type(expected), (number, expected, got)
+                continue
+            assert_same(expected, got, f"call {number}")
+
+
+@settings(max_examples=examples(40), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(ops=st.lists(ARRAY_OPS, min_size=1, max_size=6),
+       finish=st.sampled_from(["sum", "mean", "square"]), calls=call_sequences())
+def test_random_programs_jit_equals_eager(ops, finish, calls):
+    """A plain program (no derivative): the same values, bit for bit."""
+    f = array_program(tuple(ops), finish)
+    _same_outcomes(f, db.jit(f), calls)
+
+
+@settings(max_examples=examples(25), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(ops=st.lists(ARRAY_OPS, min_size=1, max_size=5),
+       finish=st.sampled_from(["sum", "square"]), calls=call_sequences())
+def test_random_programs_hvp_jit_equals_eager(ops, finish, calls):
+    """The Hessian-vector product of a random program along a fixed direction."""
+    f = array_program(tuple(ops), finish)
+
+    def hvp(x, a):
+        v = np.cos(np.arange(np.size(x), dtype=np.result_type(x))).reshape(np.shape(x))
+        return db.jvp(db.grad(f), (x, a), (v, 1.0))[1]
+    _same_outcomes(hvp, db.jit(hvp), calls)
+
+
+# ------------------------------------------------------------------ what a replay checks
+
+def test_control_flow_inside_a_nested_trace_is_guarded():
+    def step(x):
+        return db.grad(lambda y: np.sum(y ** 2) if np.sum(y) > 0 else np.sum(y ** 3))(x)
+
+    jitted = db.jit(step)
+    for sign in (1, 1, -1, -1, 1):
+        x = sign * RNG.uniform(0.1, 1.0, 3)
+        np.testing.assert_array_equal(jitted(x), 2 * x if sign > 0 else 3 * x ** 2)
+
+
+SCALE = 2.0
+
+
+@db.fast_broadcast
+def scaled(x):
+    return SCALE * x * x
+
+
+def test_globals_of_the_function_and_of_its_kernels_are_read_again():
+    global SCALE
+    hvp = db.jit(lambda x, v: db.jvp(db.grad(lambda y: scaled.sum(y) * np.sum(y)),
+                                     (x,), (v,))[1])
+    x, v = RNG.standard_normal(3), RNG.standard_normal(3)
+    try:
+        for scale in (2.0, 2.0, 5.0, 5.0):
+            SCALE = scale
+            want = scale * (2 * v * np.sum(x) + 2 * x * np.sum(v) + 2 * np.sum(x * v))
+            np.testing.assert_allclose(hvp(x, v), want, rtol=1e-13)
+    finally:
+        SCALE = 2.0
+
+
+def test_integer_arguments_are_constants_checked_on_every_call():
+    def energy(flat, i, j):
+        d = flat.reshape(-1, 3)[i] - flat.reshape(-1, 3)[j]
+        return np.sum(1.0 / np.sum(d * d, axis=1))
+
+    hessian = db.jit(db.hessian(energy))
+    flat = RNG.standard_normal(12)
+    i, j = np.array([0, 0, 1]), np.array([1, 2, 3])
+    want = db.hessian(energy)(flat, i, j)
+    np.testing.assert_array_equal(hessian(flat, i, j), want)
+    j[2] = 2                                    # changed in place: traced again
+    np.testing.assert_array_equal(hessian(flat, i, j), db.hessian(energy)(flat, i, j))
+    assert staged_counts(hessian)[0] == 2
+
+
+def test_outputs_keep_their_structure_and_constants_are_fresh_arrays():
+    def f(x, scale):
+        return {"y": (x * scale, np.sum(x)), "zeros": np.zeros(2), "n": 3, "none": None}
+
+    jitted = db.jit(f)
+    for _ in range(3):
+        x = RNG.standard_normal(4)
+        out = jitted(x, 2.0)
+        assert_same(f(x, 2.0), out)
+        out["zeros"][:] = 7.0                   # the caller's to write into
+    assert staged_counts(jitted) == (1, 2)
+
+
+def test_jitted_function_inside_a_trace_runs_as_it_is():
+    jitted = db.jit(lambda x: np.sum(np.sin(x)) * rho.sum(x))
+    x = RNG.standard_normal(5)
+    jitted(x)
+    jitted(x)
+    want = db.grad(lambda x: np.sum(np.sin(x)) * rho.sum(x))(x)
+    np.testing.assert_array_equal(db.grad(jitted)(x), want)
+    np.testing.assert_array_equal(db.jvp(jitted, (x,), (x,))[1],
+                                  db.jvp(lambda x: np.sum(np.sin(x)) * rho.sum(x), (x,), (x,))[1])
+
+
+def test_what_cannot_be_staged_runs_eagerly_and_errors_are_the_eager_ones():
+    jitted = db.jit(lambda a: np.sum(np.linspace(0.0, a, 5)))    # no rule: not staged
+    assert jitted(2.0) == jitted(2.0) == np.sum(np.linspace(0.0, 2.0, 5))
+    assert jitted(3.0) == np.sum(np.linspace(0.0, 3.0, 5))
+
+    def fails(x):
+        if np.sum(x) > 10:
+            raise ValueError("too large")
+        return x * 2
+
+    jitted = db.jit(fails)
+    np.testing.assert_array_equal(jitted(np.ones(2)), 2 * np.ones(2))
+    with pytest.raises(ValueError, match="too large"):
+        jitted(np.full(2, 6.0))
+    np.testing.assert_array_equal(jitted(np.ones(2)), 2 * np.ones(2))
+
+
+def test_third_order_through_a_kernel_is_still_refused():
+    third = db.jit(lambda x: db.grad(db.grad(db.grad(lambda y: rho.sum(y))))(x))
+    with pytest.raises(NotImplementedError, match="third order"):
+        third(0.3)
+
+
+def test_bad_uses_are_named():
+    with pytest.raises(TypeError, match="takes a function"):
+        db.jit(3)
+
+    class Result:
+        pass
+
+    with pytest.raises(TypeError, match="returned a Result"):
+        db.jit(lambda x: Result())(np.ones(2))
+    jitted = db.jit(lambda x: x)
+    assert db.jit(jitted) is jitted
+
+
+def test_a_float_error_in_a_replay_gives_the_eager_result():
+    hvp = _hvp(lambda x: np.sum(np.sqrt(x) * x))
+    jitted = db.jit(hvp)
+    v = np.ones(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for x in (np.array([1.0, 2.0, 3.0]), np.array([0.0, 2.0, 3.0]),
+                  np.array([4.0, 2.0, 1.0])):
+            assert _bits(jitted(x, v)) == _bits(hvp(x, v))
+
+
+def test_memory_stays_bounded_over_thousands_of_replays():
+    hvp = db.jit(_hvp(eam))
+    x, v = RNG.standard_normal(50), RNG.standard_normal(50)
+    for _ in range(50):
+        hvp(x, v)
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        for _ in range(3000):
+            hvp(x, v)
+        grown = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    assert grown < 200_000, grown
