@@ -288,7 +288,9 @@ def test_binary_kernel_modes_and_numpy_rule_agree(name):
 @given(st.sampled_from(list(UNARY)), st.floats(allow_nan=True, allow_infinity=True))
 def test_unary_agree_anywhere(name, x):
     global where_at
-    assume(abs(x) > 1e-100 or name not in ("x**-1", "x**-2"))
+    # (and where x ** n overflows, Numba's 1 / x ** n is 0 where NumPy's pow gives a
+    # subnormal number: a kernel's negative integer powers are Numba's, in every mode)
+    assume(1e-100 < abs(x) < 1e100 or name not in ("x**-1", "x**-2"))
     where_at = lambda k: f"x={x!r}"
     values, derivatives = unary_all_ways(name, [x])
     assert_agree(values, f"{name} value")

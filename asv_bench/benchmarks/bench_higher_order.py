@@ -2,8 +2,8 @@
 
 - the Hessian-vector product of the EAM energy, ``db.jvp(db.grad(f), (x,), (v,))``
   (forward over reverse; the kernel's value, gradient and hvp from one nested-dual
-  loop), against JAX's ``jit(lambda x, v: jvp(grad(f), (x,), (v,))[1])`` and a
-  hand-written ``numba.njit`` hvp;
+  loop), eager and under ``db.jit``, against JAX's ``jit(lambda x, v: jvp(grad(f),
+  (x,), (v,))[1])`` and a hand-written ``numba.njit`` hvp;
 - the Hessian of a 38-atom Lennard-Jones energy (114 x 114), ``db.hessian`` with the
   pair potential as a kernel, against JAX's ``jit(hessian(f))`` and autograd's
   ``hessian``.
@@ -48,9 +48,12 @@ def _eam_hvp_numba(x, v):
 def eam_hvp(system, n):
     x = _inputs(n)
     v = np.random.default_rng(1).standard_normal(n)
-    if system == "dualbcast":
+    if system in ("dualbcast", "dualbcast_jit"):
         gradient = db.grad(eam_energy)
-        return lambda: db.jvp(gradient, (x,), (v,))[1]
+        hvp = lambda x, v: db.jvp(gradient, (x,), (v,))[1]      # noqa: E731
+        if system == "dualbcast_jit":
+            hvp = db.jit(hvp)
+        return lambda: hvp(x, v)
     if system == "numba":
         return lambda: _eam_hvp_numba(x, v)
     if system == "jax":
@@ -86,6 +89,23 @@ class EamHvpJax:
     def setup(self, n):
         self.jax = warmed_up(eam_hvp("jax", n), "jax")   # skipped without JAX
         self.ours = warmed_up(eam_hvp("dualbcast", n), "dualbcast")
+        np.testing.assert_allclose(self.ours(), np.asarray(self.jax()), rtol=1e-9)
+
+    def track_over_jax(self, n):
+        ours, jax = best_in_turns(self.ours, self.jax, seconds=1.0)
+        return ours / jax
+
+    track_over_jax.unit = "dualbcast/jax"
+
+
+class EamHvpJitJax:
+    """``db.jit`` of the hvp function (staged once, replayed) against JAX's jit."""
+    params = [10 ** 2, 10 ** 4, 10 ** 6]
+    param_names = ["n"]
+
+    def setup(self, n):
+        self.jax = warmed_up(eam_hvp("jax", n), "jax")   # skipped without JAX
+        self.ours = warmed_up(eam_hvp("dualbcast_jit", n), "dualbcast_jit")
         np.testing.assert_allclose(self.ours(), np.asarray(self.jax()), rtol=1e-9)
 
     def track_over_jax(self, n):
