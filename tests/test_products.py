@@ -8,8 +8,8 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import dualbcast as db
-from dualbcast.kernel.products import CHUNK, nan_safe_dot, nan_safe_multiply
-from dualbcast.rules.common import nan_safe
+from dualbcast.kernel.products import CHUNK, nan_safe_dot, nan_safe_multiply, scaled_sum
+from dualbcast.rules.common import nan_safe, nan_safe_sum
 
 SPECIAL = st.sampled_from([0.0, -0.0, 1.0, -2.5, np.inf, -np.inf, np.nan, 1e308, 5e-324])
 FLOATS = st.one_of(SPECIAL, st.floats(-1e6, 1e6))
@@ -146,3 +146,41 @@ def test_kernel_map_scalar_coefficient_gradient_is_nan_safe():
     assert g_a == pytest.approx(0.5 * (1.0 + 2.0))
     g_x = db.grad(f)(x, 1.0)
     np.testing.assert_allclose(g_x, [0.0, 0.5, 0.25])
+
+
+def _bits(a):
+    return np.ascontiguousarray(a).view(np.uint8).tobytes()
+
+
+@settings(max_examples=100, deadline=None)
+@given(pairs(), st.floats(-1e6, 1e6).filter(bool), st.floats(-1e6, 1e6).filter(bool))
+def test_scaled_sum_is_numpy_bit_for_bit(pair, a, b):
+    x, y = pair
+    with np.errstate(all="ignore"):
+        assert _bits(scaled_sum(a, x, b, y)) == _bits(a * x + b * y)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_scaled_sum_threads_change_no_bit(threads, monkeypatch):
+    rng = np.random.default_rng(threads)
+    x, y = rng.standard_normal(50_001), rng.standard_normal(50_001) * 1e3
+    monkeypatch.setattr(db.config, "parallel_threshold", 1)
+    monkeypatch.setattr(db.config, "threads", threads)
+    assert _bits(scaled_sum(0.3, x, -7.0, y)) == _bits(0.3 * x + -7.0 * y)
+
+
+def test_scaled_sum_leaves_the_rest_to_numpy():
+    x = np.ones(3)
+    for args in [(0.0, x, 1.0, x), (np.inf, x, 1.0, x), (1.0, x, np.nan, x),
+                 (1.0, x.astype(np.float32), 1.0, x), (1.0, x, 1.0, np.ones(4)),
+                 (1.0, np.ones(6)[::2], 1.0, x), (np.float32(1.0), x, 1.0, x)]:
+        assert scaled_sum(*args) is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(pairs(max_size=40), FLOATS, FLOATS)
+def test_nan_safe_sum_is_two_nan_safe_products(pair, a, b):
+    """The tangent of a NaN-safe product: one pass or two, the same bits."""
+    x, y = pair
+    with np.errstate(all="ignore"):
+        assert _bits(nan_safe_sum(a, x, b, y)) == _bits(nan_safe(a, x) + nan_safe(b, y))

@@ -15,6 +15,8 @@ Both take float64 arrays of one shape, C-contiguous, and return None for anythin
 they run on ``config.threads`` threads; a sum is added up in chunks of a fixed size in
 a fixed order, so its bits never depend on the threads.
 """
+import math
+
 import numba
 import numpy as np
 
@@ -67,6 +69,30 @@ def nan_safe_dot(g, local):
     return _dot(flat_g, flat_local)
 
 
+def scaled_sum(a, x, b, y):
+    """``a * x + b * y`` for finite, nonzero float scalars ``a`` and ``b`` (so every
+    product is NaN-safe as it is) and C-contiguous float64 arrays ``x`` and ``y`` of one
+    shape, in one pass (the tangent of a cotangent scaled by a scalar: a kernel sum's
+    Hessian-vector product), each product and the sum rounded as NumPy rounds them;
+    None for anything else."""
+    if type(a) not in _SCALARS or type(b) not in _SCALARS or not _flat_float64(x, y) \
+            or not (math.isfinite(a) and math.isfinite(b) and a != 0 and b != 0):
+        return None
+    out = np.empty(x.shape)
+    workers = _workers(x.size)
+    if workers > 1:
+        try:
+            _scaled_sum_parallel(float(a), _flat(x), float(b), _flat(y), _flat(out), workers)
+        finally:
+            leave_parallel_region()
+    else:
+        _scaled_sum(float(a), _flat(x), float(b), _flat(y), _flat(out))
+    return out
+
+
+_SCALARS = frozenset({float, np.float64})
+
+
 def _flat_float64(g, local):
     return type(g) is np.ndarray and type(local) is np.ndarray and g.dtype == _FLOAT64 \
         and local.dtype == _FLOAT64 and g.shape == local.shape \
@@ -115,6 +141,20 @@ def _multiply_parallel(g, local, out, workers):
     for w in numba.prange(workers):
         lo, hi = n * w // workers, n * (w + 1) // workers
         _multiply(g[lo:hi], local[lo:hi], out[lo:hi])
+
+
+@numba.njit(error_model="numpy", cache=True, nogil=True)
+def _scaled_sum(a, x, b, y, out):
+    for i in range(x.size):
+        out[i] = a * x[i] + b * y[i]        # (no fastmath: no fused multiply-add)
+
+
+@numba.njit(parallel=True, error_model="numpy", cache=True, nogil=True)
+def _scaled_sum_parallel(a, x, b, y, out, workers):
+    n = x.size
+    for w in numba.prange(workers):
+        lo, hi = n * w // workers, n * (w + 1) // workers
+        _scaled_sum(a, x[lo:hi], b, y[lo:hi], out[lo:hi])
 
 
 @numba.njit(error_model="numpy", fastmath={"reassoc"}, cache=True, nogil=True)

@@ -5,9 +5,9 @@ import math
 import numpy as np
 
 from ..core.box import Box, apply
-from ..core.registry import BACKWARD_OPERATIONS, deflinear, defrule
+from ..core.registry import BACKWARD_OPERATIONS, defjvp, deflinear, defrule
 from ..core.scatter import scatter_add
-from ..kernel.products import nan_safe_multiply
+from ..kernel.products import nan_safe_multiply, scaled_sum
 
 
 def shape_of(x):
@@ -47,6 +47,8 @@ def nan_safe(g, local, out=None):
     if type(local) is not np.ndarray:
         if type(local) in _FINITE_CHECKABLE and math.isfinite(local) and local != 0:
             return np.multiply(g, local, out=out)   # a finite factor: nothing to fix
+    elif type(g) in _FINITE_CHECKABLE and math.isfinite(g) and g != 0:
+        return np.multiply(g, local, out=out)       # (a scalar cotangent, likewise)
     else:
         product = nan_safe_multiply(g, local, out)  # one compiled pass (float64, one shape)
         if product is not None:
@@ -74,11 +76,42 @@ def nan_safe_product(g, local):
     return nan_safe(g, local)
 
 
+def _nan_safe_product_jvp(tangents, ans, g, local):
+    t_g, t_local = tangents
+    if t_g is None:
+        return nan_safe(g, t_local)
+    if t_local is None:
+        return nan_safe(t_g, local)
+    return apply(nan_safe_sum, _NAN_SAFE_SUM_VJPS, (t_g, local, g, t_local))
+
+
+def nan_safe_sum(a, x, b, y):
+    """``nan_safe(a, x) + nan_safe(b, y)``: the tangent of a NaN-safe product, in one
+    compiled pass where it can be (a scalar cotangent and its tangent over float64
+    arrays: the Hessian-vector product of a kernel sum), recorded as one operation."""
+    if type(x) is np.ndarray:
+        total = scaled_sum(a, x, b, y)
+        if total is not None:
+            return total
+    return nan_safe(a, x) + nan_safe(b, y)
+
+
+def _nan_safe_sum_vjp(factor, position):
+    return lambda g, ans, *args: unbroadcast(nan_safe(g, args[factor]),
+                                             shape_of(args[position]))
+
+
+# (each argument's cotangent: the cotangent times the factor it multiplies)
+_NAN_SAFE_SUM_VJPS = (_nan_safe_sum_vjp(1, 0), _nan_safe_sum_vjp(0, 1),
+                      _nan_safe_sum_vjp(3, 2), _nan_safe_sum_vjp(2, 3))
+defrule(nan_safe_sum, vjps=_NAN_SAFE_SUM_VJPS, diagonal=True)
+
 _NAN_SAFE_SCALAR_VJPS = (lambda g, ans, x, local: nan_safe(g, local),
                          lambda g, ans, x, local: nan_safe(g, x))
 _NAN_SAFE_VJPS = (lambda g, ans, x, local: unbroadcast(nan_safe(g, local), shape_of(x)),
                   lambda g, ans, x, local: unbroadcast(nan_safe(g, x), shape_of(local)))
 defrule(nan_safe_product, vjps=_NAN_SAFE_VJPS, scalar_vjps=_NAN_SAFE_SCALAR_VJPS)
+defjvp(nan_safe_product, _nan_safe_product_jvp)
 
 
 def dense_cotangent(sparse, primal):

@@ -163,10 +163,13 @@ class KernelLoop:
     (second order) -- or, for "map" and "sum", the value alone.  ``spec``: the loop's
     ``wrt`` / tangent positions.  What a staging trace records (a replay calls it)."""
 
-    __slots__ = ("kernel", "loop", "spec", "nargs")
+    __slots__ = ("kernel", "loop", "spec", "nargs", "prepared")
 
     def __init__(self, kernel, loop, spec, nargs):
         self.kernel, self.loop, self.spec, self.nargs = kernel, loop, spec, nargs
+        # Kept for a replay (as a gradient program's kernel rule keeps it): its
+        # operands have the trace's signature, so the kernel's lookup is skipped.
+        self.prepared = None
 
     @property
     def __name__(self):
@@ -186,7 +189,9 @@ class KernelLoop:
 
     def __call__(self, *operands):
         values, tangents = operands[:self.nargs], operands[self.nargs:]
-        loop, prepared = self.loop, self.kernel.prepare(self.loop, values, self.spec)
+        loop, prepared = self.loop, self.prepared
+        if prepared is None:
+            prepared = self.prepared = self.kernel.prepare(loop, values, self.spec)
         if loop == "map":
             return prepared.map(values)
         if loop == "sum":
