@@ -228,7 +228,18 @@ def test_random_programs_hvp_jit_equals_eager(ops, finish, calls):
     def hvp(x, a):
         v = np.cos(np.arange(np.size(x), dtype=np.result_type(x))).reshape(np.shape(x))
         return db.jvp(db.grad(f), (x, a), (v, 1.0))[1]
+    # (float64: see test_float32_scalar_hvp_under_jit_is_not_yet_bit_for_bit)
+    calls = [(np.asarray(x, np.float64), float(a)) for x, a in calls]
     _same_outcomes(hvp, db.jit(hvp), calls)
+
+
+@pytest.mark.xfail(strict=True, reason="defect (minor): in float32 scalar code (0-d arrays) "
+                   "a derivative inside jit is computed in float32 where the eager call's "
+                   "scalar path rounds once from float64: 1 ulp apart")
+def test_float32_scalar_hvp_under_jit_is_not_yet_bit_for_bit():
+    hvp = _hvp(lambda x: np.sum((2 * x) ** 0.5))
+    x, v = np.array(3.0, np.float32), np.array(1.0, np.float32)
+    assert _bits(db.jit(hvp)(x, v)) == _bits(hvp(x, v))
 
 
 # ------------------------------------------------------------------ what a replay checks

@@ -8,7 +8,7 @@ from typing import Any, Callable, NamedTuple, Sequence, Union
 
 import numpy as np
 
-from .box import Box
+from .box import Box, as_kind, kind_of
 from .pytree import describe, flatten, flatten_like, unflatten
 from .tape import backward
 from .trace import (ArgumentPositions, gradients, name_of, start_tracing,
@@ -173,12 +173,15 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[A
         stop_tracing(tape)
     out_leaves, out_tree = flatten(out)
     values, out_tangents = [], []
+    # Arrays the caller may already hold: the tangents it passed in (an output's tangent
+    # is one of them for f(x) = x), and each one handed out (f(x) = (y, y)).
+    seen = {id(tangent) for tangent in checked}
     for leaf in out_leaves:
         own = type(leaf) is Box and leaf.tape is tape
         value = leaf.value if own else leaf
         values.append(value)
         tangent = tape.tangents.get(leaf.slot) if own else None
-        out_tangents.append(_tangent_like(value, tangent))
+        out_tangents.append(_tangent_like(value, tangent, seen))
     return unflatten(out_tree, values), unflatten(out_tree, out_tangents)
 
 
@@ -198,12 +201,16 @@ def _checked_tangent(primal, tangent):
         dtype = np.dtype(np.float64)        # (an int primal is refused when it is traced)
     if type(primal) is float and np.ndim(tangent) == 0:
         return float(tangent)
-    return np.array(tangent, dtype=dtype) if shape else dtype.type(tangent)
+    # (no copy of an array of the right dtype: nothing writes into a tangent)
+    return np.asarray(tangent, dtype=dtype) if shape else dtype.type(tangent)
 
 
-def _tangent_like(value, tangent):
+def _tangent_like(value, tangent, seen):
     """The output tangent of a leaf ``value``: zeros where nothing flowed, at the
-    value's shape and dtype."""
+    value's shape and dtype, of its kind (:func:`.box.kind_of`); an array of its own,
+    copied unless it owns its buffer and its id is not in ``seen`` (arrays the caller
+    holds; it is added there)."""
+    kind = kind_of(value)
     if type(value) is Box:
         shape, dtype = value.shape, value.dtype
     else:
@@ -211,15 +218,18 @@ def _tangent_like(value, tangent):
         dtype = np.result_type(value) if isinstance(value, (np.ndarray, np.generic)) \
             else np.dtype(np.float64)
     if tangent is None:
-        if type(value) is float:
+        if kind == "float":
             return 0.0
-        return np.zeros(shape, dtype) if isinstance(value, np.ndarray) or shape \
-            else dtype.type(0)
+        return np.zeros(shape, dtype) if shape or kind == "array" else dtype.type(0)
     if type(tangent) is Box:
-        return tangent
-    if type(value) is float:
+        return as_kind(tangent, kind)
+    if kind == "float":
         return float(tangent)
-    if shape or isinstance(value, np.ndarray):
+    if shape or kind == "array":
+        if type(tangent) is np.ndarray and tangent.dtype == dtype and id(tangent) not in seen \
+                and tangent.flags.owndata and tangent.flags.writeable:
+            seen.add(id(tangent))
+            return tangent
         return np.array(tangent, dtype=dtype)       # its own buffer, never a view
     return dtype.type(tangent)
 

@@ -19,7 +19,7 @@ import operator
 import numpy as np
 
 from .operators import binary
-from .registry import (CONSTANTS, FUNCTION_RULES, SCALAR_LINEAR_PARTIALS, SCALAR_UFUNC_VJPS,
+from .registry import (CONSTANTS, deflinear, FUNCTION_RULES, SCALAR_LINEAR_PARTIALS, SCALAR_UFUNC_VJPS,
                        SHAPE_ONLY_FUNCTIONS, UFUNC_VJPS)
 from .tape import LinearRecord, Record, Traced, escape, raised
 
@@ -105,6 +105,38 @@ def apply(func, vjps, args, kwargs=_NO_KWARGS, scalar_vjps=None):
     saved = tuple(value if type(arg) is Box else keep(tape, value)
                   for arg, value in zip(args, values))
     return record(tape, ans, parents, argnums, vjps, saved, kwargs, func, others)
+
+
+def kind_of(x):
+    """What a gradient or tangent of ``x`` is: "float" (a Python float), "array" (an
+    ndarray, 0-d too) or "scalar" (a NumPy scalar); through boxes, of the value they
+    trace."""
+    while type(x) is Box:
+        x = x.value
+    return "float" if type(x) is float else "array" if isinstance(x, np.ndarray) else "scalar"
+
+
+def as_kind(x, kind):
+    """``x`` as a value of ``kind`` (:func:`kind_of`), its dtype kept: when ``x`` is
+    traced, recorded as an identity (a replay must give the type the eager call
+    gives)."""
+    if type(x) is Box and kind_of(x) == kind:
+        return x
+    return _as_kind(x, kind)
+
+
+def _as_kind(x, kind):
+    if type(x) is Box:
+        return apply(_as_kind, _AS_KIND_VJPS, (x, kind))
+    if kind == "array":
+        return np.asarray(x)
+    if kind == "float":
+        return float(x)
+    return x[()] if isinstance(x, np.ndarray) else np.result_type(x).type(x)
+
+
+_AS_KIND_VJPS = (lambda g, ans, x, kind: g, None)
+deflinear(_as_kind)
 
 
 def keep(tape, constant):

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..buffers import refuse_overlapping_out
 from ..positions import argument_positions
-from .box import Box, snapshot
+from .box import Box, as_kind, kind_of, snapshot
 from .pytree import LEAF, describe, flatten, flatten_like, unflatten
 from .forward import start_forward
 from .tape import Tape, backward
@@ -303,7 +303,7 @@ def gradient_like(primal, ct, handed_out):
     """``ct`` as a gradient of ``primal``: same type, shape and dtype, never a view of
     a buffer the caller might see twice (each array is handed out once)."""
     if type(primal) is float:
-        return 0.0 if ct is None else ct if type(ct) is Box else float(ct)
+        return 0.0 if ct is None else as_kind(ct, "float") if type(ct) is Box else float(ct)
     if type(primal) is Box or type(ct) is Box:
         return _traced_gradient_like(primal, ct)
     dtype = primal.dtype
@@ -327,16 +327,17 @@ def _traced_gradient_like(primal, ct):
     """:func:`gradient_like` where the primal or the cotangent is traced by an
     enclosing trace (a derivative being differentiated)."""
     shape, dtype = _shape_and_dtype(primal)
+    kind = kind_of(primal)
     if ct is None:
-        return np.zeros(shape, dtype) if shape or isinstance(primal, np.ndarray) \
-            else dtype.type(0)
+        return np.zeros(shape, dtype) if shape or kind == "array" else \
+            0.0 if kind == "float" else dtype.type(0)
     ct_shape, ct_dtype = _shape_and_dtype(ct)
     if ct_shape != shape:
         raise RuntimeError(f"dualbcast internal error: a gradient of shape {ct_shape} "
                            f"for an argument of shape {shape}; please report it")
     if ct_dtype != dtype:
         ct = ct.astype(dtype)
-    return ct
+    return as_kind(ct, kind)        # (an ndarray for a 0-d array, as untraced)
 
 
 def _shape_and_dtype(x):

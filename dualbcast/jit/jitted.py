@@ -46,7 +46,8 @@ def jit(fn: Callable) -> Callable:
     the derivatives computed inside too (their tangents and backward passes; a
     kernel's second-order loop as one call); later calls run the records as generated
     Python code.  Values, jvps and Hessian-vector products come out bit for bit as the
-    eager call's; a gradient computed inside runs its backward pass as recorded
+    eager call's (float32 scalar code aside: a derivative there may differ in its last
+    bit); a gradient computed inside runs its backward pass as recorded
     operations, which may add cotangents in another order than the eager pass: equal
     to rounding.  Called inside a trace (``db.grad(db.jit(f))``), ``f`` runs as it is;
     an operation that cannot be recorded (a NumPy function with no gradient rule on
