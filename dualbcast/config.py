@@ -9,6 +9,11 @@
 ``config.cache_dir``           where compiled loops are cached on disk (default
                                ``$XDG_CACHE_HOME/dualbcast`` or ``~/.cache/dualbcast``;
                                ``DUALBCAST_CACHE_DIR``); None turns the cache off
+``config.compile_notice``      a compile longer than this many seconds prints one line
+                               on stderr (default 2.0; ``DUALBCAST_COMPILE_NOTICE``,
+                               ``off``); None turns the notice off.  Every compile is
+                               logged at INFO on the ``"dualbcast"`` logger
+                               (:mod:`dualbcast.compile_log`)
 
 Results never depend on the threads: sums are reduced in a fixed order of fixed-size
 chunks.  ``cache_dir`` is read when a loop is first compiled in a process.
@@ -34,11 +39,19 @@ def _default_cache_dir():
     return os.path.join(base, "dualbcast")
 
 
+def _default_compile_notice():
+    from_env = os.environ.get("DUALBCAST_COMPILE_NOTICE")
+    if from_env is None:
+        return 2.0
+    return None if from_env.strip().lower() in ("off", "none", "") else float(from_env)
+
+
 class Config:
     def __init__(self):
         self.threads = _default_threads()
         self.parallel_threshold = 32_768
         self.cache_dir = _default_cache_dir()
+        self.compile_notice = _default_compile_notice()
 
     def __setattr__(self, name, value):
         if name == "cache_dir":
@@ -46,6 +59,11 @@ class Config:
                 raise TypeError(f"dualbcast.config.cache_dir must be a path or None, "
                                 f"not {value!r}")
             value = None if value is None else os.fspath(value)
+        elif name == "compile_notice":
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, (int, float)) or value < 0):
+                raise ValueError(f"dualbcast.config.compile_notice must be a number of "
+                                 f"seconds >= 0 or None, not {value!r}")
         elif name in ("threads", "parallel_threshold"):
             minimum = 1 if name == "threads" else 0
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -57,7 +75,8 @@ class Config:
 
     def __repr__(self):
         return (f"dualbcast.config(threads={self.threads}, parallel_threshold="
-                f"{self.parallel_threshold}, cache_dir={self.cache_dir!r})")
+                f"{self.parallel_threshold}, cache_dir={self.cache_dir!r}, "
+                f"compile_notice={self.compile_notice!r})")
 
 
 config = Config()

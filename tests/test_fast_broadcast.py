@@ -1,6 +1,7 @@
 """@fast_broadcast kernels: ufunc-like broadcasting, dtypes and layouts, the four loop
 modes against an elementwise NumPy reference, specialisation, and every error."""
 import math
+import pickle
 import tracemalloc
 
 import numba
@@ -452,3 +453,26 @@ def test_sums_of_opposite_infinities_and_of_overflowing_values_are_numpys(thread
             np.testing.assert_equal((value, grad), (want, want))
     finally:
         db.config.threads = saved
+
+
+@pytest.mark.parametrize("n", [1, 4095, 4097, 40_000])
+def test_strided_1d_arguments_give_the_contiguous_bits_in_every_mode(n):
+    """A column ``d[:, 0]`` or a reversed view is copied a chunk at a time into a
+    contiguous piece inside the loop (kernel/loops.py): the same bits as a copy."""
+    @db.fast_broadcast
+    def strided_kernel(r, a):
+        return a * math.exp(-r) + r * r
+
+    table = np.random.default_rng(n).uniform(-1.0, 1.0, (n, 3))
+    tangent = table[:, 2]
+    for view in (table[:, 0], table[::-1, 1]):
+        copy = np.ascontiguousarray(view)
+        for call in (lambda x: strided_kernel(x, 1.5),
+                     lambda x: strided_kernel.sum(x, 1.5),
+                     lambda x: strided_kernel.value_and_partials(x, 1.5, wrt=(0, 1)),
+                     lambda x: strided_kernel.sum_and_partials(x, 1.5, wrt=(0, 1)),
+                     lambda x: strided_kernel.jvp(x, 1.5, tangents={0: tangent}),
+                     lambda x: strided_kernel.sum_and_partials(x, 1.5, wrt=0,
+                                                               tangents={0: x[::-1]})):
+            got, want = call(view), call(copy)
+            assert pickle.dumps(got) == pickle.dumps(want)

@@ -8,9 +8,11 @@ a user meets on a new kernel.
 import math
 import time
 
+import numpy as np
+
 import dualbcast as db
 
-from .workloads import SIZES, WORKLOADS, inputs
+from .workloads import SIZES, WORKLOADS, inputs, rho
 
 MODES = ["value", "value_and_partials", "sum_and_partials"]
 
@@ -93,3 +95,24 @@ class FirstCall:
         return time.perf_counter() - start
 
     track_compile_seconds.unit = "seconds"
+
+
+class StridedInputs:
+    """A strided 1-d argument (a column ``d[:, 0]``) against the same values contiguous,
+    in turns, one process (issue 16: at most 1.5x)."""
+    params = [["sum", "sum_and_partials", "value"], [10 ** 4, 10 ** 6]]
+    param_names = ["mode", "n"]
+
+    def setup(self, mode, n):
+        x = inputs(n)
+        table = np.stack([x, x[::-1], x * 2.0], axis=1)
+        self.column, self.contiguous = table[:, 0], np.ascontiguousarray(table[:, 0])
+        self.call = {"sum": rho.sum, "value": rho, "sum_and_partials": rho.sum_and_partials}[mode]
+        self.call(self.column), self.call(self.contiguous)      # compiled for both layouts
+
+    def track_strided_over_contiguous(self, mode, n):
+        strided, contiguous = best_in_turns(lambda: self.call(self.column),
+                                            lambda: self.call(self.contiguous))
+        return strided / contiguous
+
+    track_strided_over_contiguous.unit = "strided/contiguous"

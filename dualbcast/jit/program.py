@@ -8,9 +8,11 @@ where the trace met them, and the core's backward pass follows.  After
 code (:mod:`.codegen`), and a program of kernel sums and scalar arithmetic is planned
 as one Numba function (:mod:`.fusion`), compiled after ``FUSE_AFTER`` short-path runs.
 """
+import contextlib
 import operator
 import weakref
 
+from ..compile_log import watching
 from ..core.box import Box
 from ..core.tape import (LinearRecord, RuleRecord, accumulate, backward, ignore_float_errors,
                          restore_float_errors)
@@ -19,6 +21,9 @@ from .codegen import generate
 from .fusion import plan_fusion
 from .recorder import Slot
 from .signature import identical
+
+
+_NOT_WATCHING = contextlib.nullcontext()
 
 
 class GuardFailed(Exception):
@@ -101,6 +106,7 @@ class Program:
         yet (it is after ``FUSE_AFTER`` short-path runs), or it handed the call back (a
         non-finite value, an error: the replay will meet it)."""
         fusion = self.fusion
+        watch = _NOT_WATCHING
         if fusion.function is None:
             self.short_runs += 1
             if self.short_runs < self.FUSE_AFTER:
@@ -110,8 +116,11 @@ class Program:
             except Exception:           # not a user's error: the replay does without
                 self.fusion = None
                 return None
+            watch = watching(fusion.function, lambda: f"a db.jit program of {self.slots} "
+                                                      f"values fused into one Numba function")
         try:
-            return fusion(values)
+            with watch:
+                return fusion(values)
         except Exception:
             return None
 

@@ -2,6 +2,7 @@
 signature of the arguments (types, dtypes, shapes, strides), worked out on the first
 call with that signature and reused by every later one.  What is left per call is
 making the operands, allocating the outputs and one call into the compiled loop."""
+import contextlib
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -9,6 +10,7 @@ import numpy as np
 from numba.core.errors import NumbaError
 
 from ..buffers import refuse_overlapping_out
+from ..compile_log import watching
 from ..config import config
 from .loops import ACCUMULATE, REGISTER, STORE, SUM_MODES
 from .threads import enter_parallel_region, leave_parallel_region
@@ -42,7 +44,7 @@ class SumLoop(NamedTuple):
 class PreparedCall:
     __slots__ = ("kernel", "mode", "loop", "dependencies", "plan", "single", "scalar_type", "size",
                  "rows", "nchunks", "chunk_size", "totals_width", "splittable", "gradients",
-                 "all_stored", "compiled", "sums")
+                 "all_stored", "compiled", "sums", "threaded")
 
     def __init__(self, kernel, mode, loop, dependencies, plan, single, gradients, splittable):
         """``loop``: compiled with the kernel's ``dependencies`` as they are;
@@ -66,6 +68,7 @@ class PreparedCall:
         self.all_stored = all(kind == STORE and _storable(dtype) == dtype
                               for kind, _, dtype, _ in gradients)
         self.compiled = False   # the first run compiles (or loads) the loop: one thread
+        self.threaded = False   # the first threaded run compiles (or loads) its driver
         self.sums = mode in SUM_MODES
 
     def sum_loop(self):
@@ -237,8 +240,9 @@ class PreparedCall:
             if workers > 1 and enter_parallel_region():
                 self._run_parallel(workers, operands, outputs, scratch)
             else:       # (also when another thread of ours is in a parallel region)
-                self.loop(self.plan.loop_shape, 0, self.nchunks, self.rows, *operands,
-                          *outputs, *_first_rows(scratch))
+                with self._watching(self.loop, ""):
+                    self.loop(self.plan.loop_shape, 0, self.nchunks, self.rows, *operands,
+                              *outputs, *_first_rows(scratch))
         except ZeroDivisionError as err:
             # Numba's float ** negative-int raises at 0 whatever the error model
             # (dual powers do not: they give inf like NumPy).  Say where it came from.
@@ -256,21 +260,39 @@ class PreparedCall:
             return [_exact_sum(column) for column in totals.T.tolist()]
         return None
 
+    def _watching(self, dispatcher, what):
+        """Around a run of ``dispatcher`` (the loop, or its threaded driver): the first
+        one's compile is reported (:mod:`dualbcast.compile_log`)."""
+        first = not self.threaded if what else not self.compiled
+        if not first:
+            return _NOT_WATCHING
+        spec = self.loop.spec
+        return watching(dispatcher, lambda: (
+            f"{what}@fast_broadcast kernel {self.kernel.__name__!r}, {spec.mode} loop "
+            f"({', '.join(map(str, spec.argument_types()))}) over {self.plan.ndim}-d "
+            f"arrays"))
+
     def _run_parallel(self, workers, operands, outputs, scratch):
         """The loop split between ``workers`` Numba threads (each sums in its own row
         of the scratch), in the parallel region the caller entered."""
         failed = np.zeros(workers, np.bool_)
         try:
-            self.loop.parallel(workers, failed, self.plan.loop_shape, self.nchunks,
-                               self.rows, *operands, *outputs, *scratch)
+            driver = self.loop.parallel.made()
+            with self._watching(driver, "the threaded driver of "):
+                driver(workers, failed, self.plan.loop_shape, self.nchunks, self.rows,
+                       *operands, *outputs, *scratch)
         finally:
             leave_parallel_region()
+        self.threaded = True
         if failed.any():
             # The exception stayed in the worker's thread: one thread meets it again.
             self.loop(self.plan.loop_shape, 0, self.nchunks, self.rows, *operands,
                       *outputs, *_first_rows(scratch))
             raise RuntimeError(f"@fast_broadcast kernel {self.kernel.__name__!r}: a thread "
                                f"of the loop failed, but the loop on one thread did not")
+
+
+_NOT_WATCHING = contextlib.nullcontext()
 
 
 def _exact_sum(values):
