@@ -51,12 +51,17 @@ def test_the_threaded_driver_and_a_fused_program_are_named(compile_log, monkeypa
     monkeypatch.setattr(db.config, "parallel_threshold", 1000)
     monkeypatch.setattr(db.config, "threads", 2)
     x = np.linspace(0.0, 1.0, 50_000)
-    threaded_kernel.sum(x)          # (the first run is on one thread: it compiles)
-    threaded_kernel.sum(x)
+    # The first large call runs on one thread, compiling the loop and its threaded
+    # driver both; the second runs on threads, compiling nothing.
+    total = threaded_kernel.sum(x)
     messages = _messages(compile_log)
-    assert any(m.startswith("the threaded driver of @fast_broadcast kernel "
-                            "'threaded_kernel', sum loop") for m in messages), messages
+    assert [m.split(":")[0] for m in messages] == [
+        "@fast_broadcast kernel 'threaded_kernel', sum loop (float64) over 1-d arrays",
+        "the threaded driver of @fast_broadcast kernel 'threaded_kernel', sum loop "
+        "(float64) over 1-d arrays"], messages
     compile_log.clear()
+    assert threaded_kernel.sum(x) == total
+    assert _messages(compile_log) == []
     step = db.jit(db.value_and_grad(lambda x: threaded_kernel.sum(x) ** 2))
     small = x[:10]
     for _ in range(4):

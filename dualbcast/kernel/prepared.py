@@ -6,6 +6,7 @@ import contextlib
 import math
 from typing import Any, Callable, NamedTuple
 
+import numba
 import numpy as np
 from numba.core.errors import NumbaError
 
@@ -251,7 +252,11 @@ class PreparedCall:
                 f"0.0 ** negative int; write 1.0 / x ** n to get inf)") from err
         except NumbaError as err:
             self.kernel._diagnose(self.loop.spec, operands, err)
-        self.compiled = True
+        if not self.compiled:
+            self.compiled = True
+            if self.splittable and self.size >= config.parallel_threshold \
+                    and min(config.threads, self.nchunks) > 1:
+                self._compile_driver(operands, outputs)
         if sums:
             if self.nchunks == 1:
                 return totals[0]
@@ -259,6 +264,21 @@ class PreparedCall:
             # depend on the memory alignment of ``totals``).
             return [_exact_sum(column) for column in totals.T.tolist()]
         return None
+
+    def _compile_driver(self, operands, outputs):
+        """Compile the threaded driver now, with the loop, for the arguments of this
+        first large call: the next one runs on threads without a second pause."""
+        workers = min(config.threads, self.nchunks)
+        scratch = (np.empty((workers, self.totals_width, self.chunk_size)),) if self.sums else ()
+        arguments = (workers, np.zeros(workers, np.bool_), self.plan.loop_shape, self.nchunks,
+                     self.rows, *operands, *outputs, *scratch)
+        driver = self.loop.parallel.made()
+        try:
+            with self._watching(driver, "the threaded driver of "):
+                driver.compile(tuple(map(numba.typeof, arguments)))
+        except Exception:       # (not the user's error: the first threaded call meets it)
+            return
+        self.threaded = True
 
     def _watching(self, dispatcher, what):
         """Around a run of ``dispatcher`` (the loop, or its threaded driver): the first
