@@ -48,10 +48,9 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
-from numba.extending import overload
 
 from ..dual import DualType, make_dual, partials_of, value_of
-from .arguments import ARRAY
+from .arguments import ARRAY, STRIDED
 from .cache import load_loop
 
 MODES = ("map", "sum", "partials", "sum_partials", "tangent", "sum_tangent",
@@ -130,14 +129,14 @@ def loop_source(spec):
     def operand(m):
         """The value of operand ``m`` (an argument or a tangent), and whether it is read
         in the loop (an array) rather than once before it."""
+        if spec.kinds[m] == STRIDED:
+            # Copied a chunk at a time into a contiguous piece, which the loop reads as
+            # it reads a contiguous array (see arguments.STRIDED).
+            views.extend([f"b{m} = _empty(stop - start, a{m}.dtype)",
+                          "for j in range(_u(stop) - u0):",
+                          f"    b{m}[j] = a{m}[u0 + j]"])
+            return f"_f(b{m}[i0 - u0])", True
         if spec.kinds[m] == ARRAY:
-            if spec.ndim == 1:
-                # A strided array (a column d[:, 0]) is copied a chunk at a time into a
-                # contiguous piece, which the loop reads as it reads a contiguous
-                # array (vectorised; strided loads were 3-4x slower); a contiguous
-                # array's piece is a view of it.
-                views.append(f"b{m} = _piece(a{m}, start, stop)")
-                return f"_f(b{m}[i0 - u0])", True
             return f"_f(a{m}[{index}])", True
         head.append(f"c{m} = _f(a{m})")
         return f"c{m}", False
@@ -287,7 +286,7 @@ def compile_loop(spec, scalar_kernel, jit_options, cache_key=None):
         "_sum": lane_sum,
         "_u": numba.uint64,
         "_prange": numba.prange,
-        "_piece": contiguous_piece,
+        "_empty": np.empty,
     }
     module = None
     if cache_key is not None:
@@ -332,26 +331,6 @@ class _Lazy:
         if self.function is None:
             self.function = self.make()
         return self.function
-
-
-def contiguous_piece(array, start, stop):
-    """``array[start:stop]`` as a contiguous array: a view of a contiguous ``array``, a
-    copy of a strided one (in compiled code: the choice is made by the array's type)."""
-    return np.ascontiguousarray(array[start:stop])
-
-
-@overload(contiguous_piece, inline="always")
-def _contiguous_piece(array, start, stop):
-    if array.layout == "C":
-        return lambda array, start, stop: array[start:stop]
-
-    def copied(array, start, stop):
-        piece = np.empty(stop - start, array.dtype)
-        first = numba.uint64(start)         # (unsigned: no negative-index test)
-        for i in range(numba.uint64(stop - start)):
-            piece[i] = array[first + i]
-        return piece
-    return copied
 
 
 # Called once per chunk, not inlined: compiled once per installation (cached beside
