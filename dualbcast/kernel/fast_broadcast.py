@@ -162,13 +162,7 @@ class FastBroadcast:
         if traced(args):
             self._refuse_traced("value_and_partials", "{}(...)")
         if tangents is not None:
-            single = type(wrt) is int
-            positions, values = self._tangents(tangents)
-            value, tangent, partials, partial_tangents = self.prepare(
-                "partials_tangent", args, (wrt, positions)).partials_tangent(args, values)
-            if single:
-                return value, tangent, partials[0], partial_tangents[0]
-            return value, tangent, partials, partial_tangents
+            return self._second_order("partials_tangent", args, wrt, tangents)
         return self.prepare("partials", args, wrt).value_and_partials(args)
 
     def sum_and_partials(self, *args: Any, wrt: Wrt = 0, out: Any = None,
@@ -200,14 +194,18 @@ class FastBroadcast:
             if out is not None:
                 raise TypeError(f"{self.__name__}.sum_and_partials: out= is not supported "
                                 f"with tangents=")
-            single = type(wrt) is int
-            positions, values = self._tangents(tangents)
-            total, tangent, gradients, gradient_tangents = self.prepare(
-                "sum_partials_tangent", args, (wrt, positions)).sum_partials_tangent(args, values)
-            if single:
-                return total, tangent, gradients[0], gradient_tangents[0]
-            return total, tangent, gradients, gradient_tangents
+            return self._second_order("sum_partials_tangent", args, wrt, tangents)
         return self.prepare("sum_partials", args, wrt).sum_and_partials(args, out)
+
+    def _second_order(self, mode, args, wrt, tangents):
+        """``(value, value_tangent, partials, partial_tangents)`` from one loop of the
+        second-order ``mode``; ``wrt`` an int: one partial and its tangent, not tuples."""
+        positions, values = self._tangents(tangents)
+        value, tangent, partials, partial_tangents = getattr(
+            self.prepare(mode, args, (wrt, positions)), mode)(args, values)
+        if type(wrt) is int:
+            return value, tangent, partials[0], partial_tangents[0]
+        return value, tangent, partials, partial_tangents
 
     def jvp(self, *args: Any, tangents: dict, **kwargs: Any) -> tuple[Any, Any]:
         """Forward mode: ``(k(*args), value_tangent)``, the values and their directional
