@@ -376,3 +376,19 @@ def test_memory_stays_bounded_over_thousands_of_replays():
     finally:
         tracemalloc.stop()
     assert grown < 200_000, grown
+
+
+def test_a_program_too_long_to_generate_is_interpreted_with_the_same_bits():
+    from dualbcast.jit.program import Program
+
+    def f(x):
+        total = 0.0
+        for i in range(Program.GENERATE_UP_TO // 2):
+            total = total + x[i % 3] * 1.0001 + 0.5 * np.sin(x[(i + 1) % 3])
+        return total
+
+    jitted = db.jit(f)
+    for _ in range(3):
+        x = RNG.standard_normal(3)
+        assert _bits(np.float64(jitted(x))) == _bits(np.float64(f(x)))
+    assert staged_counts(jitted) == (1, 2)

@@ -199,7 +199,7 @@ class StagedProgram:
                 forward = self.forward = self._interpreted()
             else:
                 forward = self.forward = generate_forward(self.records, self.guards)
-                self.records = None         # (their values of the trace: not kept)
+            self.records = None             # (their values of the trace: not kept)
         forward(values)
         return unflatten(self.tree, [values[where] if kind == "slot" else _fresh(where)
                                      for kind, where in self.outputs])
