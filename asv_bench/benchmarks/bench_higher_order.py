@@ -83,32 +83,17 @@ class EamHvp:
 
 
 class EamHvpJax:
-    params = [10 ** 2, 10 ** 4, 10 ** 6]
-    param_names = ["n"]
+    """The hvp, eager (``dualbcast``) and under ``db.jit`` (``dualbcast_jit``: staged
+    once, replayed), against JAX's jit."""
+    params = [[10 ** 2, 10 ** 4, 10 ** 6], ["dualbcast", "dualbcast_jit"]]
+    param_names = ["n", "system"]
 
-    def setup(self, n):
+    def setup(self, n, system):
         self.jax = warmed_up(eam_hvp("jax", n), "jax")   # skipped without JAX
-        self.ours = warmed_up(eam_hvp("dualbcast", n), "dualbcast")
+        self.ours = warmed_up(eam_hvp(system, n), system)
         np.testing.assert_allclose(self.ours(), np.asarray(self.jax()), rtol=1e-9)
 
-    def track_over_jax(self, n):
-        ours, jax = best_in_turns(self.ours, self.jax, seconds=1.0)
-        return ours / jax
-
-    track_over_jax.unit = "dualbcast/jax"
-
-
-class EamHvpJitJax:
-    """``db.jit`` of the hvp function (staged once, replayed) against JAX's jit."""
-    params = [10 ** 2, 10 ** 4, 10 ** 6]
-    param_names = ["n"]
-
-    def setup(self, n):
-        self.jax = warmed_up(eam_hvp("jax", n), "jax")   # skipped without JAX
-        self.ours = warmed_up(eam_hvp("dualbcast_jit", n), "dualbcast_jit")
-        np.testing.assert_allclose(self.ours(), np.asarray(self.jax()), rtol=1e-9)
-
-    def track_over_jax(self, n):
+    def track_over_jax(self, n, system):
         ours, jax = best_in_turns(self.ours, self.jax, seconds=1.0)
         return ours / jax
 

@@ -11,8 +11,8 @@ timed in turns:
 
 Workloads: the EAM density ``exp(-3 (r + 1))``, a two-argument Morse pair kernel
 (Hessian-vector product in both arguments), and a branchy polynomial (Horner's rule, a
-branch on the value).  ``python asv_bench/benchmarks/bench_second_order.py`` prints the
-ratios (one process).
+branch on the value).  ``cd asv_bench && python -m benchmarks.bench_second_order`` prints
+the ratios (one process).
 """
 import math
 import time
@@ -22,6 +22,9 @@ import numpy as np
 
 import dualbcast as db
 
+from .bench_kernels import best_time
+from .workloads import rho
+
 try:
     import jax
     import jax.numpy as jnp
@@ -30,20 +33,6 @@ except ImportError:             # (the JAX columns are skipped)
     jax = None
 
 SIZES = [10 ** 2, 10 ** 4, 10 ** 6]
-
-
-def best_time(f, repeat=5, budget=0.01):
-    """Best per-call time over ``repeat`` batches of calls lasting ~``budget`` seconds."""
-    start = time.perf_counter()
-    f()
-    number = max(1, int(budget / max(time.perf_counter() - start, 1e-7)))
-    best = math.inf
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            f()
-        best = min(best, (time.perf_counter() - start) / number)
-    return best
 
 
 def best_in_turns(calls, rounds=5):
@@ -57,11 +46,6 @@ def best_in_turns(calls, rounds=5):
 
 
 # --- EAM density ------------------------------------------------------------------------
-
-@db.fast_broadcast
-def rho(r):
-    return math.exp(-3.0 * (r + 1.0))
-
 
 @numba.njit
 def rho_hvp_numba(x, v):

@@ -19,7 +19,7 @@ from ..core.tape import (Tape, backward, raise_float_errors, restore_float_error
                          underflow_ignored)
 from ..core.trace import (SEED_FOR, ArgumentPositions, gradient_like, leaf_gradients,
                           trace_value, tracing_state, value_and_gradient)
-from .program import GuardFailed, compile_program
+from .program import Entry, GuardFailed, compile_program
 from .recorder import COPY_LIMIT, ProgramRecorder
 from .signature import Unreplayable, free_variables, signature
 from .staged import StagedPrograms
@@ -46,8 +46,7 @@ def jit(fn: Callable) -> Callable:
     the derivatives computed inside too (their tangents and backward passes; a
     kernel's second-order loop as one call); later calls run the records as generated
     Python code.  Values, jvps and Hessian-vector products come out bit for bit as the
-    eager call's (float32 scalar code aside: a derivative there may differ in its last
-    bit); a gradient computed inside runs its backward pass as recorded
+    eager call's; a gradient computed inside runs its backward pass as recorded
     operations, which may add cotangents in another order than the eager pass: equal
     to rounding.  Called inside a trace (``db.grad(db.jit(f))``), ``f`` runs as it is;
     an operation that cannot be recorded (a NumPy function with no gradient rule on
@@ -153,12 +152,10 @@ def _short_gradients(grads, leaves, structures, single):
 class Programs:
     """The programs of one jitted function, by signature."""
 
-    MAX_SIGNATURES = 32
-
     def __init__(self, f):
         self.f = f
         self.free_variables = free_variables(f)
-        self.entries = {}       # signature key -> _Entry, oldest first
+        self.entries = {}       # signature key -> program.Entry, oldest first
 
     def call(self, args, kwargs, positions, differentiated, out, single):
         """One value and gradient: replayed if it can be, else traced (and recorded)."""
@@ -178,13 +175,9 @@ class Programs:
         argument), or None if they cannot be replayed."""
         try:
             key, arrays = signature(args, kwargs, differentiated)
-            entry = self.entries.get(key)
+            entry = Entry.of(self.entries, key)
         except (Unreplayable, TypeError):       # TypeError: an unhashable dict key
             return None
-        if entry is None:
-            if len(self.entries) >= self.MAX_SIGNATURES:
-                del self.entries[next(iter(self.entries))]
-            entry = self.entries[key] = _Entry()
         return Call(self, entry, arrays)
 
     def replay_short(self, args, differentiated, ranks):
@@ -236,23 +229,6 @@ class Programs:
         entry.replays += 1
         return (values[output], program.backward(values, residuals, ((output, seed),)),
                 values, structures)
-
-
-class _Entry:
-    __slots__ = ("program", "traces", "replays", "failures", "replayable")
-
-    def __init__(self):
-        self.program = None
-        self.traces = 0
-        self.replays = 0
-        self.failures = 0
-        self.replayable = True      # False once a trace did what a replay cannot redo
-
-    @property
-    def wanted(self):
-        # Recorded unless control flow changes on most calls (a branch on a value that
-        # keeps changing): every replay would fail after its checks.
-        return self.replayable and self.failures <= 2 * self.replays + 4
 
 
 class Call:

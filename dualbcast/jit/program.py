@@ -8,7 +8,6 @@ where the trace met them, and the core's backward pass follows.  After
 code (:mod:`.codegen`), and a program of kernel sums and scalar arithmetic is planned
 as one Numba function (:mod:`.fusion`), compiled after ``FUSE_AFTER`` short-path runs.
 """
-import contextlib
 import operator
 import weakref
 
@@ -21,9 +20,6 @@ from .codegen import generate
 from .fusion import plan_fusion
 from .recorder import Slot
 from .signature import identical
-
-
-_NOT_WATCHING = contextlib.nullcontext()
 
 
 class GuardFailed(Exception):
@@ -106,7 +102,7 @@ class Program:
         yet (it is after ``FUSE_AFTER`` short-path runs), or it handed the call back (a
         non-finite value, an error: the replay will meet it)."""
         fusion = self.fusion
-        watch = _NOT_WATCHING
+        first = None                    # the first call compiles: reported
         if fusion.function is None:
             self.short_runs += 1
             if self.short_runs < self.FUSE_AFTER:
@@ -116,10 +112,12 @@ class Program:
             except Exception:           # not a user's error: the replay does without
                 self.fusion = None
                 return None
-            watch = watching(fusion.function, lambda: f"a db.jit program of {self.slots} "
+            first = watching(fusion.function, lambda: f"a db.jit program of {self.slots} "
                                                       f"values fused into one Numba function")
         try:
-            with watch:
+            if first is None:           # (the hot path: no context manager)
+                return fusion(values)
+            with first:
                 return fusion(values)
         except Exception:
             return None
@@ -141,6 +139,40 @@ class Program:
             return self.generated[1](values, grads, owned, residuals)
         finally:
             restore_float_errors(errors)
+
+
+class Entry:
+    """One signature's program (None until a trace recorded it, and again after a
+    replay failed) and its counts, for a gradient's programs (:mod:`.jitted`) and a
+    staged function's (:mod:`.staged`) alike."""
+
+    __slots__ = ("program", "traces", "replays", "failures", "replayable")
+
+    MAX_SIGNATURES = 32     # entries a jitted function keeps (the oldest dropped)
+
+    def __init__(self):
+        self.program = None
+        self.traces = 0
+        self.replays = 0
+        self.failures = 0
+        self.replayable = True      # False once a trace did what a replay cannot redo
+
+    @property
+    def wanted(self):
+        # Recorded unless control flow changes on most calls (a branch on a value that
+        # keeps changing): every replay would fail after its checks.
+        return self.replayable and self.failures <= 2 * self.replays + 4
+
+    @classmethod
+    def of(cls, entries, key):
+        """The entry of signature ``key`` in ``entries`` (a dict, oldest first), made
+        if it is new."""
+        entry = entries.get(key)
+        if entry is None:
+            if len(entries) >= cls.MAX_SIGNATURES:
+                del entries[next(iter(entries))]
+            entry = entries[key] = cls()
+        return entry
 
 
 class Assumptions:

@@ -18,7 +18,7 @@ from ..core.pytree import flatten, unflatten
 from ..core.tape import raise_float_errors, restore_float_errors
 from ..core.trace import start_tracing, stop_tracing, trace_arguments, tracing_state
 from .codegen import generate_forward
-from .program import Assumptions, GuardFailed, Program, _steps, program_guards
+from .program import Assumptions, Entry, GuardFailed, Program, _steps, program_guards
 from .recorder import COPY_LIMIT, ProgramRecorder
 from .signature import Unreplayable, free_variables, signature
 
@@ -45,12 +45,10 @@ def _float_leaf(leaf):
 class StagedPrograms:
     """The staged programs of one jitted function, by signature."""
 
-    MAX_SIGNATURES = 32
-
     def __init__(self, f):
         self.f = f
         self.free_variables = free_variables(f)
-        self.entries = {}       # signature key -> StagedEntry, oldest first
+        self.entries = {}       # signature key -> program.Entry, oldest first
 
     def __call__(self, args, kwargs):
         f = self.f
@@ -62,13 +60,9 @@ class StagedPrograms:
         trees = []
         try:
             key, arrays = signature(args, kwargs, inputs, trees)
-            entry = self.entries.get(key)
+            entry = Entry.of(self.entries, key)
         except (Unreplayable, TypeError):       # TypeError: an unhashable dict key
             return f(*args, **kwargs)
-        if entry is None:
-            if len(self.entries) >= self.MAX_SIGNATURES:
-                del self.entries[next(iter(self.entries))]
-            entry = self.entries[key] = StagedEntry()
         program = entry.program
         if program is not None:
             values = [leaf for leaves, _ in trees for leaf in leaves]
@@ -141,24 +135,6 @@ def _output(leaf, tape, f):
                         f"{type(leaf).__name__}; a jitted function returns arrays, numbers, "
                         f"and tuples, lists and dicts of them")
     return ("constant", _fresh(leaf))       # (a copy: the trace hands out the original)
-
-
-class StagedEntry:
-    """A signature's program and counts (see :class:`.jitted.Programs`)."""
-
-    __slots__ = ("program", "traces", "replays", "failures", "replayable")
-
-    def __init__(self):
-        self.program = None
-        self.traces = 0
-        self.replays = 0
-        self.failures = 0
-        self.replayable = True
-
-    @property
-    def wanted(self):
-        # Recorded unless control flow changes on most calls (every replay would fail).
-        return self.replayable and self.failures <= 2 * self.replays + 4
 
 
 class StagedProgram:

@@ -241,9 +241,13 @@ class PreparedCall:
             if workers > 1 and enter_parallel_region():
                 self._run_parallel(workers, operands, outputs, scratch)
             else:       # (also when another thread of ours is in a parallel region)
-                with self._watching(self.loop, ""):
-                    self.loop(self.plan.loop_shape, 0, self.nchunks, self.rows, *operands,
-                              *outputs, *_first_rows(scratch))
+                arguments = (self.plan.loop_shape, 0, self.nchunks, self.rows, *operands,
+                             *outputs, *_first_rows(scratch))
+                if self.compiled:
+                    self.loop(*arguments)
+                else:       # (the first run compiles: reported, off the hot path)
+                    with self._watching(self.loop, ""):
+                        self.loop(*arguments)
         except ZeroDivisionError as err:
             # Numba's float ** negative-int raises at 0 whatever the error model
             # (dual powers do not: they give inf like NumPy).  Say where it came from.
@@ -281,11 +285,8 @@ class PreparedCall:
         self.threaded = True
 
     def _watching(self, dispatcher, what):
-        """Around a run of ``dispatcher`` (the loop, or its threaded driver): the first
-        one's compile is reported (:mod:`dualbcast.compile_log`)."""
-        first = not self.threaded if what else not self.compiled
-        if not first:
-            return _NOT_WATCHING
+        """Around the first run of ``dispatcher`` (the loop, or its threaded driver,
+        ``what`` then naming it): its compile is reported (:mod:`dualbcast.compile_log`)."""
         spec = self.loop.spec
         return watching(dispatcher, lambda: (
             f"{what}@fast_broadcast kernel {self.kernel.__name__!r}, {spec.mode} loop "
@@ -298,7 +299,8 @@ class PreparedCall:
         failed = np.zeros(workers, np.bool_)
         try:
             driver = self.loop.parallel.made()
-            with self._watching(driver, "the threaded driver of "):
+            with self._watching(driver, "the threaded driver of ") if not self.threaded \
+                    else _NOT_WATCHING:
                 driver(workers, failed, self.plan.loop_shape, self.nchunks, self.rows,
                        *operands, *outputs, *scratch)
         finally:

@@ -99,7 +99,10 @@ def _power_dx(g, ans, x, y):
         # a ufunc call.
         return nan_safe(g, y * x ** (y - 1.0) if y != 0 else type(x)(0.0))
     if isinstance(y, (int, float, np.number)):
-        local = y * np.power(x, y - 1.0) if y != 0 else np.zeros_like(np.multiply(x, 0.0))
+        # (the operator, as the branch above: a traced NumPy float then computes what
+        # the untraced one does -- NumPy's scalar power -- and not the ufunc's, whose
+        # vectorised pow may round differently)
+        local = y * x ** (y - 1.0) if y != 0 else np.zeros_like(np.multiply(x, 0.0))
         return nan_safe(g, local)
     return nan_safe(g, np.where(y == 0, 0.0, y * np.power(x, y - 1.0)))
 
