@@ -287,8 +287,6 @@ def test_a_constant_array_changed_in_place_is_seen(fused_runs):
 
 
 @pytest.mark.parametrize("make, why", [
-    (lambda: (np.ones(db.config.parallel_threshold), lambda x: embed(rho.sum(x))),
-     "a loop large enough for threads"),
     (lambda: (np.ones(50, np.float32), lambda x: embed(rho.sum(x))), "float32"),
     (lambda: (np.ones(50), lambda x: embed(rho.sum(x * 2.0))), "a kernel of a computed array"),
     (lambda: (np.ones(50), lambda x: np.sum(x) * rho.sum(x)), "a NumPy reduction"),
@@ -298,6 +296,15 @@ def test_other_programs_are_not_fused_and_still_right(make, why, fused_runs):
     vg = _agree(f, [(x,)] * 4)
     assert _program(vg).fusion is None, why
     assert fused_runs == []
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_loop_large_enough_for_threads_is_fused_and_its_bits_do_not_depend_on_them(
+        threads, monkeypatch, fused_runs):
+    monkeypatch.setattr(db.config, "threads", threads)
+    x = RNG.uniform(-0.5, 1.0, db.config.parallel_threshold + 5)
+    vg = _agree(lambda x: embed(rho.sum(x)), [(x,)] * 4)
+    assert _program(vg).fusion.function is not None and len(fused_runs) == 2
 
 
 def test_fused_results_match_central_differences():
@@ -399,7 +406,7 @@ def test_parameters_do_not_grow_with_the_kernel_sums():
         x = RNG.uniform(0, 1, 16)
         vg(x), vg(x)
         params[kernels] = _fused_body(_program(vg).fusion.source).args.args
-    assert len(params[2]) == len(params[8]) == 3     # x, its cotangent, the other buffers
+    assert len(params[2]) == len(params[8]) == 4     # workers, x, its cotangent, the other buffers
 
 
 def test_a_program_at_the_cap_fuses_and_one_above_it_is_replayed_unfused(fused_runs):

@@ -79,6 +79,87 @@ def exact_sum(values):
     return hi
 
 
+@numba.njit(error_model="numpy", cache=True)
+def numpy_sum(values):
+    """``np.add.reduce(values)`` of a 1-d C-contiguous float64 array, as NumPy adds it
+    up: 0.0 plus the pairwise sum (halves split at a multiple of 8, down to blocks of
+    at most 128 elements, each added in eight running sums); tests hold it to NumPy.
+    The recursion is walked with a stack of its own (a recursive Numba function
+    cannot be linked into another's cached code)."""
+    lo = np.empty(64, np.int64)         # per pending call: its block,
+    count = np.empty(64, np.int64)
+    left = np.empty(64)                 # its left half's sum once known,
+    state = np.empty(64, np.int64)      # 0: split next, 1: left pending, 2: right pending
+    lo[0], count[0], state[0] = 0, values.size, 0
+    depth = 1
+    total = 0.0
+    while depth > 0:
+        top = depth - 1
+        n = count[top]
+        if n <= 128:
+            found = _block_sum(values, lo[top], n)
+            depth -= 1
+            # hand the sum to the calls waiting for it
+            while depth > 0 and state[depth - 1] == 2:
+                found = left[depth - 1] + found
+                depth -= 1
+            if depth == 0:
+                total = found
+            else:
+                left[depth - 1] = found
+                state[depth - 1] = 2
+                half = count[depth - 1] // 2
+                half -= half % 8
+                lo[depth] = lo[depth - 1] + half
+                count[depth] = count[depth - 1] - half
+                state[depth] = 0
+                depth += 1
+        else:
+            half = n // 2
+            half -= half % 8
+            state[top] = 1
+            lo[depth], count[depth], state[depth] = lo[top], half, 0
+            depth += 1
+    return 0.0 + total
+
+
+@numba.njit(error_model="numpy", cache=True)
+def _block_sum(a, lo, n):
+    if n < 8:
+        total = 0.0
+        for i in range(lo, lo + n):
+            total += a[i]
+        return total
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    whole = n - n % 8
+    while i < whole:
+        j = lo + i
+        r0 += a[j]
+        r1 += a[j + 1]
+        r2 += a[j + 2]
+        r3 += a[j + 3]
+        r4 += a[j + 4]
+        r5 += a[j + 5]
+        r6 += a[j + 6]
+        r7 += a[j + 7]
+        i += 8
+    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        total += a[lo + i]
+        i += 1
+    return total
+
+
+@numba.njit(error_model="numpy", cache=True, forceinline=True)
+def nan_safe_product(g, local):
+    """``g * local``, 0 where a zero factor makes a nan (``products._multiply``'s
+    element)."""
+    p = g * local
+    return 0.0 if ((g == 0.0) | (local == 0.0)) & (p != p) else p
+
+
 # The fused function is straight-line code: one basic block, every name assigned once.
 # Numba's passes before type inference (SSA reconstruction, liveness, dead-code
 # analysis) cost, for each name assigned more than once, a walk over every block, and

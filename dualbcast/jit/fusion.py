@@ -49,8 +49,13 @@ from ..core.tape import LinearRecord
 from ..kernel.cache import load_loop
 from ..kernel.loops import REGISTER, STORE
 from ..rules.fast import SUM_COTANGENT_FORM, kernel_sum_loop
+from ..config import config
+from ..dual import make_dual, partials_of, value_of
+from ..kernel.loops import lane_sum
+from ..kernel.threads import enter_parallel_region, leave_parallel_region
 from .fused_runtime import (_GRADIENT_SOURCE, _add_to, _libm_pow, _nan_safe, _where,
-                            exact_sum)
+                            exact_sum, nan_safe_product, numpy_sum)
+from .segments import BLOCK, SegmentSource, find_segments
 
 _FLOAT64 = np.dtype(np.float64)
 _SCALARS = (float, np.float64)
@@ -92,7 +97,12 @@ class _Writer:
     def __init__(self, records, values, leaves, output):
         self.values, self.leaves, self.output = values, leaves, output
         self.namespace = {"pow": _libm_pow, "_exact_sum": exact_sum, "_where": _where,
-                          "_add_to": _add_to, "_nan_safe": _nan_safe}
+                          "_add_to": _add_to, "_nan_safe": _nan_safe, "_NAN": float("nan"),
+                          "_empty": np.empty, "_zeros": np.zeros, "_bool": np.bool_,
+                          "_prange": numba.prange, "_lane_sum": lane_sum,
+                          "_numpy_sum": numpy_sum, "_product": nan_safe_product,
+                          "_dual": make_dual, "_value": value_of, "_partials": partials_of,
+                          "_to_float": numba.float64, "_u": numba.uint64, "BLOCK": BLOCK}
         self.params = []                # the fused function's parameters
         self.forward = []
         self.backward = []              # per record: a function writing its backward pass
@@ -105,6 +115,11 @@ class _Writer:
         self.names = 0                  # fresh names so far
         self.bad = "0.0"                # the name of the finiteness check so far
         self.arrays = set()             # the totals and scratch arrays allocated
+        self.helpers = []               # per segment or threaded kernel sum: its helpers'
+                                        # source and (name, parallel) of each function
+        self.threaded = 0               # the most elements a part on threads loops over
+        self.kernel_sources = []        # segments' kernels' cache keys (name the source)
+        self.cacheable = True           # whether every kernel's code is named by a file
         for leaf in range(leaves):
             value = values[leaf]
             if type(value) is np.ndarray:
@@ -112,13 +127,28 @@ class _Writer:
             else:
                 _require(type(value) in _SCALARS)
                 self.params.append(f"v{leaf}")
+        last_use = {}
         for k, record in enumerate(records):
+            for slot in record.parents:
+                last_use[slot] = k
+            for _, slot in getattr(record, "others", ()):
+                last_use[slot] = k
+        last_use[output] = len(records)
+        segments = find_segments(records, values, leaves, last_use)
+        k = 0
+        while k < len(records):
+            record = records[k]
+            if k in segments:
+                self._segment(segments[k])
+                k = segments[k].stop
+                continue
             if type(record) is LinearRecord:
                 self._linear(record)
             elif kernel_sum_loop(record.func) is not None:
                 self._kernel_sum(k, record)
             else:
                 self._scalar(record)
+            k += 1
 
     def fusion(self):
         # Parameters: the scalar leaves, the array leaves and constants the loops take
@@ -134,7 +164,7 @@ class _Writer:
                 size = int(np.prod(shape))
                 rows.append(f"{name} = B{size}[{blocks.get(size, 0)}]")
                 blocks[size] = blocks.get(size, 0) + 1
-        params = (self.params + [f"x{leaf}" for leaf in array_leaves]
+        params = (["workers"] + self.params + [f"x{leaf}" for leaf in array_leaves]
                   + [name for name, _ in self.shared.values()] + self.operand_params
                   + [name for _, (name, _) in accumulators] + [f"B{size}" for size in blocks])
         lines = [f"def fused({', '.join(params)}):"]
@@ -168,12 +198,16 @@ class _Writer:
         source = "\n".join(lines) + "\n"
         if self.stores:
             source = _GRADIENT_SOURCE + source
+        source = "".join(helper for helper, _ in self.helpers) + source
         scalar_leaves = [slot for slot in self.g if slot < self.leaves]
         return Fusion(source, self.namespace, self.kernels, self.leaves, scalar_leaves,
                       array_leaves, [value for _, value in self.shared.values()],
                       self.transformed, [(slot, shape) for slot, (_, shape) in accumulators],
                       [(count, size) for size, count in blocks.items()],
-                      type(self.values[self.output]))
+                      type(self.values[self.output]),
+                      [function for _, functions in self.helpers for function in functions],
+                      self.threaded, self.cacheable and None not in self.kernel_sources,
+                      self.kernel_sources)
 
     # ------------------------------------------------------------------ writing
 
@@ -276,7 +310,9 @@ class _Writer:
         out, parents, argnums, saved = record.out, record.parents, record.argnums, record.args
         prepared = kernel_sum_loop(record.func)
         _require(prepared is not None and not record.kwargs and not record.others
-                 and not prepared.threaded and prepared.dtype == _FLOAT64)
+                 and prepared.dtype == _FLOAT64)
+        if not prepared.source.endswith(".py"):
+            self.cacheable = False      # (its loop's code is not named by a file)
         traced = dict(zip(argnums, parents))
         inputs = []                     # per argument: a leaf slot, or a constant
         for i, value in enumerate(saved):
@@ -338,8 +374,15 @@ class _Writer:
             if name not in self.arrays:
                 self.arrays.add(name)
                 self.forward.append(f"{name} = _empty({shape})")
-        self.forward.append(f"_loop{k}(_shape{k}, 0, {chunks}, _rows{k}, "
-                            f"{', '.join(operands + buffers)}, {totals}, {scratch})")
+        call = f"_shape{k}, 0, {chunks}, _rows{k}, {', '.join(operands + buffers)}, {totals}"
+        if prepared.threaded:
+            # On the loop's own threaded driver (a check: nan when a thread failed)
+            self.threaded = max(self.threaded, int(np.prod(prepared.loop_shape)))
+            self.namespace[f"_threads{k}"] = prepared.loop.parallel.made()
+            self._threaded_sum(k, len(operands) + len(buffers), width, size)
+            self._check(self.forward, f"_sum{k}(workers, {call}, {scratch})")
+        else:
+            self.forward.append(f"_loop{k}({call}, {scratch})")
         # The chunks' sums added up as the replay adds them: one chunk as it is,
         # several exactly.
         sums = []
@@ -374,6 +417,83 @@ class _Writer:
                            f"{g}, {self.bad})"
                 self.lines.append(f"{reached}, {bad} = {call}")
                 self.a[slot], self.bad = reached, bad
+        self.backward.append(write)
+
+
+    def _threaded_sum(self, k, count, width, size):
+        """The source of ``_sum{k}``: kernel sum ``k``'s loop on ``workers`` threads, or
+        on this one; nan when a thread failed (the replay meets the exception)."""
+        operands = ", ".join(f"o{m}" for m in range(count))
+        source = (f"def _sum{k}(workers, shape, lo, hi, rows, {operands}, totals, scratch):\n"
+                  f"    if workers > 1:\n"
+                  f"        failed = _zeros(workers, _bool)\n"
+                  f"        _threads{k}(workers, failed, shape, hi, rows, {operands}, totals, "
+                  f"_empty((workers, {width}, {size})))\n"
+                  f"        for t in range(workers):\n"
+                  f"            if failed[t]:\n"
+                  f"                return _NAN\n"
+                  f"        return 0.0\n"
+                  f"    _loop{k}(shape, lo, hi, rows, {operands}, totals, scratch)\n"
+                  f"    return 0.0\n\n")
+        self.helpers.append((source, [(f"_sum{k}", False)]))
+
+    def _segment(self, segment):
+        """A segment (see :mod:`.segments`): its values loop in the forward pass, its
+        gradients loop where the backward pass has its sums' cotangents."""
+        n = len(self.helpers)
+        threaded = segment.size >= config.parallel_threshold
+        if threaded:
+            self.threaded = max(self.threaded, segment.size)
+        source = SegmentSource(segment, n, self.namespace, threaded)
+        for kernel in segment.kernels:
+            if kernel._cache_key is None:
+                self.cacheable = False
+        self.helpers.append((source.source, source.functions()))
+        self.kernel_sources += [kernel._cache_key for kernel in segment.kernels]
+        workers = "workers" if threaded else "1"
+        arrays = []
+        for kind, item in source.array_params:
+            if kind == "array":
+                value = segment.arrays[item]
+                arrays.append(self.shared.setdefault(id(value), (f"s{len(self.shared)}", value))[0])
+            else:
+                arrays.append(f"x{item}")
+        scalars = [f"v{slot}" for slot in source.scalar_params]
+        result = self._fresh("seg")
+        self.forward.append(f"{result} = _s{n}_forward({', '.join([workers] + arrays + scalars)})")
+        self._check(self.forward, f"{result}[0]")
+        for j, slot in enumerate(segment.sums):
+            self.forward.append(f"v{slot} = {result}[{j + 1}]")
+            self._check(self.forward, f"v{slot}")
+        names = {}
+        for slot in source.leaf_gradients:
+            names[slot] = f"b{n}s_{slot}"
+            stored = self.array_gradients.setdefault(slot, [])
+            _require(not stored or stored[0][1] == segment.shape)
+            stored.append((names[slot], segment.shape))
+
+        def write():
+            # Every sum's cotangent must have reached it (else the call is handed back:
+            # the replay skips the records no cotangent reaches).
+            live = self._emit(self._fresh("live"), " & ".join(
+                f"({self.h[slot]})" for slot in segment.sums))
+            bad = self._fresh("bad")
+            self.lines.append(f"{bad} = {self.bad} + _where({live}, 0.0, _NAN)")
+            self.bad = bad
+            gradients = []
+            for slot in source.leaf_gradients:
+                gradients += [self.c[slot], f"({self.a[slot]})"]
+            out = self._fresh("seg")
+            self.lines.append(f"{out} = _s{n}_backward(" + ", ".join(
+                [workers] + [self.g[slot] for slot in segment.sums] + arrays + scalars
+                + gradients[0::2] + gradients[1::2]) + ")")
+            bad = self._fresh("bad")
+            self.lines.append(f"{bad} = {self.bad} + {out}[0]")
+            self.bad = bad
+            for slot in source.leaf_gradients:
+                self.a[slot] = "True"
+            for j, slot in enumerate(source.dots):
+                self._add_scalar(slot, self._emit(self._fresh("ct"), f"{out}[{j + 1}]"), live)
         self.backward.append(write)
 
 
@@ -429,9 +549,16 @@ class Fusion:
     where no cotangent reached a leaf), or None when the replay must run instead."""
 
     def __init__(self, source, namespace, kernels, leaves, scalar_leaves, array_leaves,
-                 shared, transformed, accumulators, blocks, output_type):
+                 shared, transformed, accumulators, blocks, output_type, helpers, threaded,
+                 cacheable, kernel_keys):
         self.source, self.namespace, self.kernels = source, namespace, kernels
         self.output_type = output_type
+        # The helper functions to compile ((name, parallel)); the most elements a part
+        # on threads loops over (0: none); whether the function may be cached on disk
+        # (every kernel's code named by its file or fingerprint: ``kernel_keys``, the
+        # segments' kernels')
+        self.helpers, self.threaded = helpers, threaded
+        self.cacheable, self.kernel_keys = cacheable, kernel_keys
         self.function = None
         # the parameters (see _Writer.fusion), in order
         self.scalar_leaves, self.array_leaves, self.shared = scalar_leaves, array_leaves, shared
@@ -450,27 +577,40 @@ class Fusion:
         # constants, shapes and row counts bound in its namespace (listed on top).
         loops = "".join(f"# _loop{k}: {prepared.source}\n"
                         for k, prepared in enumerate(self.kernels))
+        loops += "".join(f"# kernel: {key}\n" for key in self.kernel_keys)
         constants = "".join(f"# {name} = {_exact(value)}\n"
                             for name, value in sorted(self.namespace.items())
                             if type(value) in (float, int, tuple))
         source = "# dualbcast: a fused replay\n" + loops + constants + self.source
         name = hashlib.sha256(source.encode()).hexdigest()[:24]
-        module = load_loop(source, self.namespace, "fused", name)
+        module = load_loop(source, self.namespace, "fused", name) if self.cacheable else None
         if module is None:
             exec(compile(source, "<dualbcast fused replay>", "exec"), self.namespace)
             functions, cache = self.namespace, False
         else:
             functions, cache = module.__dict__, True
-        for name in ("_scaled", "_first_gradient", "_add_gradient"):
+        # (a module loaded before, by a program of the same source, has them compiled)
+        helpers = [(name, False) for name in ("_scaled", "_first_gradient", "_add_gradient")]
+        for name, parallel in helpers + self.helpers:
             helper = functions.get(name)
             if helper is not None and not isinstance(helper, numba.core.dispatcher.Dispatcher):
-                functions[name] = numba.njit(error_model="numpy", cache=cache)(helper)
+                functions[name] = numba.njit(error_model="numpy", cache=cache, nogil=True,
+                                             parallel=parallel)(helper)
         python_function = functions["fused"]
         self.function = numba.njit(error_model="numpy", cache=cache)(python_function)
 
     def __call__(self, values):
+        if self.threaded >= config.parallel_threshold and config.threads > 1 \
+                and enter_parallel_region():
+            try:
+                return self._run(values, config.threads)
+            finally:
+                leave_parallel_region()
+        return self._run(values, 1)
+
+    def _run(self, values, workers):
         # (loops, not comprehensions: this is most of a small fused call's Python time)
-        args = []
+        args = [workers]
         for leaf in self.scalar_leaves:
             args.append(float(values[leaf]))
         for leaf in self.array_leaves:

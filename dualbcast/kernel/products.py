@@ -21,6 +21,7 @@ import numba
 import numpy as np
 
 from ..config import config
+from .loops import lane_sum
 from .threads import enter_parallel_region, leave_parallel_region
 
 CHUNK = 1 << 12         # elements per partial sum
@@ -157,29 +158,29 @@ def _scaled_sum_parallel(a, x, b, y, out, workers):
         _scaled_sum(a, x[lo:hi], b, y[lo:hi], out[lo:hi])
 
 
-@numba.njit(error_model="numpy", fastmath={"reassoc"}, cache=True, nogil=True)
-def _chunk_dot(g, local):
-    """The NaN-safe sum of ``g[i] * local[i]`` (one chunk).  ``reassoc`` lets LLVM
-    keep several vector sums (4x faster than one running sum, 2.5x faster than eight
-    written out, which LLVM did not vectorise with the select in them): the order is
-    fixed by the machine code, so the bits depend on the installation, never on the
-    threads or the call."""
-    total = 0.0
+@numba.njit(error_model="numpy", cache=True, nogil=True)
+def _chunk_dot(g, local, products):
+    """The NaN-safe sum of ``g[i] * local[i]`` (one chunk): the products written into
+    ``products`` (a vectorised pass), then added up by ``lane_sum`` in an order fixed
+    by the source, so that code computing the same products elsewhere (a fused chain
+    of kernels under ``dualbcast.jit``) gets these bits by adding them up the same
+    way; never dependent on the threads, the call or how LLVM compiled the loop."""
     for i in range(g.size):
         gi, li = g[i], local[i]
         p = gi * li
-        total += 0.0 if ((gi == 0.0) | (li == 0.0)) & (p != p) else p    # (no branch)
-    return total
+        products[i] = 0.0 if ((gi == 0.0) | (li == 0.0)) & (p != p) else p    # (no branch)
+    return lane_sum(products, g.size)
 
 
 @numba.njit(error_model="numpy", cache=True, nogil=True)
 def _dot(g, local):
     # Chunk by chunk, in order: the bits _dot_parallel gives with any number of threads.
     n = g.size
+    products = np.empty(min(n, CHUNK))
     total = 0.0
     for lo in range(0, n, CHUNK):
         hi = min(lo + CHUNK, n)
-        total += _chunk_dot(g[lo:hi], local[lo:hi])
+        total += _chunk_dot(g[lo:hi], local[lo:hi], products)
     return total
 
 
@@ -189,9 +190,10 @@ def _dot_parallel(g, local, workers):
     nchunks = (n + CHUNK - 1) // CHUNK
     sums = np.empty(nchunks)
     for w in numba.prange(workers):
+        products = np.empty(CHUNK)
         for c in range(nchunks * w // workers, nchunks * (w + 1) // workers):
             lo, hi = c * CHUNK, min((c + 1) * CHUNK, n)
-            sums[c] = _chunk_dot(g[lo:hi], local[lo:hi])
+            sums[c] = _chunk_dot(g[lo:hi], local[lo:hi], products)
     total = 0.0
     for c in range(nchunks):
         total += sums[c]

@@ -122,6 +122,15 @@ def kernel_sum_loop(func):
     return func.prepared.sum_loop()
 
 
+def kernel_map_rule(func):
+    """``(kernel, prepared call)`` of a kernel map's rule (a record's ``func``, as
+    ``k(...)`` on traced values made it: values and partials from the partials loop,
+    its vjps :func:`_map_vjp`), or None for any other function."""
+    if type(func) is not _CallRule or func.prepared is None:
+        return None
+    return func.kernel, func.prepared
+
+
 def kernel_prepared(func):
     """The prepared call (a :class:`~dualbcast.kernel.prepared.PreparedCall`) of a
     kernel's rule (a record's ``func``), or None for any other function."""

@@ -169,6 +169,17 @@ def _summed(a, axis=None, keepdims=False, dtype=None):
     return np.sum(a, axis=axis, dtype=dtype, keepdims=keepdims)
 
 
+def is_whole_sum(func, vjps, kwargs):
+    """Whether a record of ``func`` with ``vjps`` and ``kwargs`` is this rule's
+    ``np.sum(a)`` of a whole array (no axis, keepdims or dtype): the value NumPy's
+    ``np.add.reduce`` gives, the cotangent ``g`` everywhere (for code that compiles it:
+    dualbcast.jit's fused segments)."""
+    return func is _summed and tuple(vjps) == (_sum_vjp,) and kwargs == _WHOLE
+
+
+_WHOLE = {"axis": None, "keepdims": False}
+
+
 def _reduction(func, vjp, jvp, computed_by=None):
     """The rule of a reduction, recording ``computed_by`` (default ``func``) with its
     ``vjp``, and its ``jvp`` for forward mode (LINEAR: the reduction of the tangent)."""

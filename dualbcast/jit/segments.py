@@ -1,0 +1,460 @@
+"""Elementwise segments of a fused program: a chain of kernel maps on arrays of one
+shape, ending in sums, compiled as two loops over the elements instead of a pass over
+memory per kernel.
+
+A program such as ``h = k_i(h, a)`` for ten kernels, then ``np.sum(h ** 2)``, runs
+record by record in a replay: each kernel map writes its values and partials (three
+arrays), its backward pass reads them back, and the scalar arguments' cotangents are a
+dot product per kernel.  A *segment* is a run of consecutive records made only of
+
+- kernel maps ``k(...)`` (float64, not ``fastmath``) whose array arguments are the
+  program's float64 argument arrays, constant float64 arrays or arrays of the segment,
+  all of one shape and C-contiguous, and whose scalar arguments are float64 scalars of
+  the program computed before the segment, or numbers;
+- ``x ** 2`` of such an array (NumPy's fast path: ``x * x``; its vjp ``2 * x ** 1.0``:
+  exact operations, so a loop computes NumPy's bits);
+- ``np.sum(x)`` of such an array (the whole array),
+
+whose arrays are used by no record after it.  Its sums are the segment's outputs.  It
+is compiled into two loops in the fused function (:mod:`.fusion`):
+
+- *values*: every record's value per element; the sums' terms are written to memory
+  and added up as ``np.add.reduce`` adds them (:func:`.fused_runtime.numpy_sum`);
+- *gradients*, once the backward pass has the sums' cotangents: the values again, now
+  with each kernel's partials (its dual-number call, as its partials loop makes it),
+  then per element the backward pass of every record, last first, in registers: the
+  NaN-safe products the replay's vjps form (``products._multiply``), a scalar
+  argument's products added up per chunk of ``products.CHUNK`` elements by
+  ``lane_sum`` as ``nan_safe_dot`` adds them, and each argument array's cotangent
+  added into its gradient in the replay's order.
+
+The same IEEE operations in the same order as the replay: the same bits, without an
+array between the kernels.  Threads share the chunks of both loops (each chunk's sums
+its own): the bits do not depend on them.
+"""
+import operator
+
+import numpy as np
+
+from ..core.registry import UFUNC_VJPS
+from ..core.tape import Record, RuleRecord
+from ..kernel.products import CHUNK
+from ..rules.fast import kernel_map_rule
+from ..rules.reductions import is_whole_sum
+
+_FLOAT64 = np.dtype(np.float64)
+_SCALARS = (float, np.float64)
+_NUMBERS = (float, int, np.float64)
+_MAP, _SQUARE, _SUM = "map", "square", "sum"
+BLOCK = 256         # elements of a block (see SegmentSource._write)
+# Operand kinds: a traced array or scalar (a slot), a constant array (an index into the
+# segment's arrays), a number.
+ARRAY_SLOT, SCALAR_SLOT, ARRAY, NUMBER = "array slot", "scalar slot", "array", "number"
+
+
+class Step:
+    """One record of a segment: ``kind`` (map, square, sum), its output slot, its
+    operands (per argument ``(kind, slot, index or number)``), and for a map its
+    kernel, the positions of its differentiated arguments, their slots and the index
+    of each one's partial in the kernel's dual result."""
+
+    __slots__ = ("kind", "out", "operands", "kernel", "active", "parents", "partial")
+
+    def __init__(self, kind, out, operands, kernel=None, active=(), parents=(), partial=None):
+        self.kind, self.out, self.operands = kind, out, operands
+        self.kernel, self.active, self.parents, self.partial = kernel, active, parents, partial
+
+
+class Segment:
+    """Records ``start <= k < stop`` of a program as :class:`Step` s over arrays of
+    ``shape``; ``arrays``: the constant arrays it reads; ``sums``: its sums' slots."""
+
+    def __init__(self, start, stop, shape, steps, arrays):
+        self.start, self.stop, self.shape, self.steps = start, stop, shape, steps
+        self.size = int(np.prod(shape))
+        self.nchunks = -(-self.size // CHUNK)
+        self.arrays = arrays
+        self.sums = [step.out for step in steps if step.kind == _SUM]
+        self.kernels = [step.kernel for step in steps if step.kind == _MAP]
+
+
+def find_segments(records, values, leaves, last_use):
+    """``{start: Segment}``: the program's segments (see the module's docstring), at
+    most one starting at each record; ``last_use[slot]``: the last record reading
+    ``slot`` (``len(records)`` for the program's output)."""
+    segments = {}
+    k = 0
+    while k < len(records):
+        segment = _grow(records, k, values, leaves, last_use)
+        if segment is None:
+            k += 1
+        else:
+            segments[k] = segment
+            k = segment.stop
+    return segments
+
+
+def _grow(records, start, values, leaves, last_use):
+    first = records[start].out          # the segment's scalars are computed before it
+    shape, steps, arrays, made = None, [], [], set()
+    for record in records[start:]:
+        step, shape = _step(record, values, leaves, first, made, shape, arrays)
+        if step is None:
+            break
+        steps.append(step)
+        if step.kind != _SUM:
+            made.add(step.out)
+    while steps and steps[-1].kind != _SUM:     # it ends in a sum
+        made.discard(steps.pop().out)
+    stop = start + len(steps)
+    if not any(step.kind == _MAP for step in steps) or \
+            any(last_use.get(slot, -1) >= stop for slot in made):
+        return None                     # nothing to fuse, or an array needed later
+    return Segment(start, stop, shape, steps, arrays)
+
+
+def _step(record, values, leaves, first, made, shape, arrays):
+    """``(step, shape)``: ``record`` as a :class:`Step` of a segment over arrays of
+    ``shape`` (None: its first array decides), or ``(None, shape)``."""
+    kind, partial = type(record), None
+    if kind is RuleRecord:
+        rule = kernel_map_rule(record.func)
+        if rule is None or record.kwargs or record.others:
+            return None, shape
+        kernel, prepared = rule
+        spec = prepared.loop.spec
+        if prepared.plan.dtype != _FLOAT64 or kernel._jit_options.get("fastmath") \
+                or spec.mode != "partials" or set(spec.active) != set(record.argnums) \
+                or type(values[record.out]) is not np.ndarray:
+            return None, shape
+        step_kind, partial = _MAP, spec.active
+    elif kind is Record and not record.others:
+        if is_whole_sum(record.func, record.vjps, record.kwargs):
+            step_kind = _SUM
+        elif record.func in (operator.pow, np.power) and not record.kwargs \
+                and record.argnums == (0,) and len(record.args) == 2 \
+                and type(record.args[1]) in (int, float) and record.args[1] == 2 \
+                and tuple(record.vjps) == UFUNC_VJPS[np.power]:
+            step_kind = _SQUARE
+        else:
+            return None, shape
+    else:
+        return None, shape
+    traced = dict(zip(record.argnums, record.parents))
+    operands = []
+    for i, value in enumerate(record.args):
+        if step_kind == _SQUARE and i == 1:
+            break                       # (the exponent, 2)
+        if i in traced:
+            slot = traced[i]
+            value = values[slot]
+            if type(value) is np.ndarray:
+                if not (slot in made or slot < leaves) or not _loopable(value, shape):
+                    return None, shape
+                shape = value.shape
+                operands.append((ARRAY_SLOT, slot))
+            elif type(value) in _SCALARS and step_kind == _MAP and slot < first:
+                operands.append((SCALAR_SLOT, slot))
+            else:
+                return None, shape
+        elif step_kind != _MAP:
+            return None, shape
+        elif type(value) is np.ndarray:
+            if not _loopable(value, shape):
+                return None, shape
+            shape = value.shape
+            operands.append((ARRAY, len(arrays)))
+            arrays.append(value)
+        elif type(value) in _NUMBERS and (type(value) is not int or abs(value) < 2 ** 53):
+            operands.append((NUMBER, float(value)))
+        else:
+            return None, shape
+    out = values[record.out]
+    if step_kind != _SUM and (out.dtype != _FLOAT64 or out.shape != shape):
+        return None, shape
+    return Step(step_kind, record.out, operands, rule[0] if partial is not None else None,
+                tuple(record.argnums), tuple(record.parents), partial), shape
+
+
+def _loopable(array, shape):
+    return array.dtype == _FLOAT64 and array.flags.c_contiguous and array.size > 0 \
+        and (shape is None or array.shape == shape)
+
+
+class SegmentSource:
+    """The source of one segment's helpers, segment number ``n`` of its fused function,
+    and what the function passes them:
+
+    - ``_s{n}_forward(workers, *arrays, *scalars) -> (check, *sums)``;
+    - ``_s{n}_backward(workers, *sums' cotangents, *arrays, *scalars, *per leaf
+      gradient: (its gradient so far, whether one reached it)) -> (check, *dots)``.
+
+    ``arrays``: :attr:`array_params` (``(ARRAY_SLOT, leaf)`` or ``(ARRAY, index)``);
+    ``scalars``: :attr:`scalar_params` (slots); the leaf gradients:
+    :attr:`leaf_gradients`; each dot the cotangent of one scalar argument of one
+    kernel, in the order the replay's backward pass adds them (:attr:`dots`, their
+    slots).  ``check`` is nan when a chunk failed (an exception in a kernel) or a
+    square was not finite (NumPy would have warned): the replay must run."""
+
+    def __init__(self, segment, n, namespace, threaded):
+        self.segment, self.n, self.threaded = segment, n, threaded
+        steps = segment.steps
+        self.array_params, self.scalar_params = [], []
+        for step in steps:
+            for operand in step.operands:
+                if operand[0] == SCALAR_SLOT and operand[1] not in self.scalar_params:
+                    self.scalar_params.append(operand[1])
+                elif operand[0] == ARRAY or operand[0] == ARRAY_SLOT and \
+                        operand[1] not in segment_outputs(steps):
+                    if operand not in self.array_params:
+                        self.array_params.append(operand)
+        # The slots a cotangent reaches (every sum's does: the fused function hands
+        # the call back otherwise), and the order scalar cotangents are formed in.
+        reached = set(segment.sums)
+        self.dots = []
+        for step in reversed(steps):
+            if step.out in reached:
+                for operand in step.operands:
+                    if operand[0] in (ARRAY_SLOT, SCALAR_SLOT):
+                        reached.add(operand[1])
+                if step.kind == _MAP:
+                    self.dots += [slot for i, slot in zip(step.active, step.parents)
+                                  if i < len(step.operands) and
+                                  step.operands[i][0] == SCALAR_SLOT]
+        self.reached = reached
+        self.leaf_gradients = [slot for kind, slot in self.array_params
+                               if kind == ARRAY_SLOT and slot in reached]
+        # Squares read by more than sums: NumPy warns when one overflows, so each is
+        # checked (one feeding only sums is checked by the sums, which the fused
+        # function checks; the check's running sum keeps LLVM from vectorising).
+        self.checked = {step.out for step in steps if step.kind == _SQUARE} & {
+            operand[1] for step in steps if step.kind != _SUM for operand in step.operands}
+        self.made = {step.out for step in steps if step.kind != _SUM}
+        self.namespace = namespace
+        for k, step in enumerate(steps):
+            if step.kind == _MAP:
+                namespace[f"_k{n}_{k}"] = step.kernel.scalar_kernel
+        self.source = self._write()
+
+    # ---------------------------------------------------------------- names
+
+    def _array_name(self, operand):
+        return f"A{self.array_params.index(operand)}"
+
+    def _element(self, operand, k, m):
+        """The element (or scalar) operand ``m`` of step ``k`` is, in a block's loop."""
+        kind, item = operand
+        if kind == ARRAY_SLOT:
+            if item in self.made:
+                return f"e{item}[i]"
+            return f"{self._array_name(operand)}[b + i]"
+        if kind == ARRAY:
+            return f"{self._array_name(operand)}[b + i]"
+        if kind == SCALAR_SLOT:
+            return f"V{self.scalar_params.index(item)}"
+        name = f"q{self.n}_{k}_{m}"
+        self.namespace[name] = item
+        return name
+
+    # ---------------------------------------------------------------- writing
+
+    def _write(self):
+        n, seg = self.n, self.segment
+        steps = seg.steps
+        arrays = [f"A{j}" for j in range(len(self.array_params))]
+        scalars = [f"V{j}" for j in range(len(self.scalar_params))]
+        terms = [f"T{j}" for j in range(len(seg.sums))]
+        grads = [f"R{j}" for j in range(len(self.leaf_gradients))]
+        flags = [f"F{j}" for j in range(len(self.leaf_gradients))]
+        sum_cts = [f"G{j}" for j in range(len(seg.sums))]
+        made = [step.out for step in steps if step.kind != _SUM]
+        lines = []
+        # A chunk runs in blocks of BLOCK elements, record by record: each record's
+        # loop over a block is as small as the kernel's own loop, which LLVM
+        # vectorises as well; a block's arrays stay in the cache.  (One loop over the
+        # elements doing every record ran ~1.8x slower per element: too large a body.)
+        # Indices are unsigned: Numba then skips the negative-index wraparound, which
+        # kept LLVM from vectorising.  The block's arrays are allocated here, so that
+        # LLVM knows no other array is them (passed in, they kept it from vectorising).
+        head = [f"    lo = _u(c * {CHUNK})",
+                f"    hi = _u(min(c * {CHUNK} + {CHUNK}, {seg.size}))"]
+        blocks = ["    for b in range(lo, hi, _u(BLOCK)):",
+                  "        m = min(_u(BLOCK), hi - b)"]
+
+        def loop(statements):
+            return ["        for i in range(_u(0), m):"] + ["            " + line
+                                                            for line in statements]
+
+        # --- the values, one chunk
+        body, term = [], 0
+        for k, step in enumerate(steps):
+            args = [self._element(op, k, m) for m, op in enumerate(step.operands)]
+            if step.kind == _MAP:
+                body += loop([f"e{step.out}[i] = _to_float(_k{n}_{k}({', '.join(args)}))"])
+            elif step.kind == _SQUARE:
+                square = [f"e{step.out}[i] = {args[0]} * {args[0]}"]
+                if step.out in self.checked:
+                    square.append(f"check += e{step.out}[i] * 0.0")
+                body += loop(square)
+            else:
+                body += loop([f"T{term}[b + i] = {args[0]}"])
+                term += 1
+        params = ", ".join(["c"] + arrays + scalars + terms)
+        lines += [f"def _s{n}_values({params}):"] + head + ["    check = 0.0"]
+        lines += [f"    e{slot} = _empty(BLOCK)" for slot in made] + blocks + body
+        lines += ["    return check", ""]
+
+        # --- the gradients, one chunk: the values again, with each kernel's partials
+        # (its dual-number call, as its partials loop makes it), then the backward
+        # pass, last record first.  A slot's first cotangent is kept as it is, later
+        # ones added, as the replay's accumulate does; a leaf's are added into its
+        # gradient so far (R, F: whether one reached it) in the replay's order.
+        setup, body = [], []
+        partials = []
+        for k, step in enumerate(steps):
+            args = [self._element(op, k, m) for m, op in enumerate(step.operands)]
+            if step.kind == _MAP:
+                count = len(step.partial)
+                for j in range(count):
+                    unit = ", ".join("1.0" if m == j else "0.0" for m in range(count))
+                    setup.append(f"    seed{k}_{j} = ({unit},)")
+                call = []
+                for m, (arg, operand) in enumerate(zip(args, step.operands)):
+                    if m in step.active:
+                        dual = f"_dual({arg}, seed{k}_{step.partial.index(m)})"
+                        if operand[0] == SCALAR_SLOT:
+                            setup.append(f"    d{k}_{m} = {dual}")        # seeded once
+                            dual = f"d{k}_{m}"
+                        call.append(dual)
+                    else:
+                        call.append(arg)
+                partials += [f"p{k}_{j}" for j in range(count)]
+                body += loop([f"r = _k{n}_{k}({', '.join(call)})",
+                              f"e{step.out}[i] = _to_float(_value(r))",
+                              f"p = _partials(r, seed{k}_0)"]
+                             + [f"p{k}_{j}[i] = p[{j}]" for j in range(count)])
+            elif step.kind == _SQUARE:
+                body += loop([f"e{step.out}[i] = {args[0]} * {args[0]}"])
+        started = set()
+
+        def contribute(slot, ct):
+            if slot in self.leaf_gradients:
+                j = self.leaf_gradients.index(slot)
+                if slot in started:
+                    return f"R{j}[b + i] = R{j}[b + i] + {ct}"
+                started.add(slot)
+                return f"R{j}[b + i] = (R{j}[b + i] + {ct}) if F{j} else {ct}"
+            if slot in started:
+                return f"c{slot}[i] = c{slot}[i] + {ct}"
+            started.add(slot)
+            return f"c{slot}[i] = {ct}"
+
+        sum_number, dot = {slot: j for j, slot in enumerate(seg.sums)}, 0
+        for k in reversed(range(len(steps))):
+            step = steps[k]
+            if step.out not in self.reached:
+                continue
+            if step.kind == _SUM:
+                body += loop([contribute(step.operands[0][1], f"G{sum_number[step.out]}")])
+                continue
+            g = f"c{step.out}[i]"
+            if step.kind == _SQUARE:
+                x = self._element(step.operands[0], k, 0)
+                body += loop([contribute(step.operands[0][1], f"_product({g}, 2.0 * {x})")])
+                continue
+            statements = []
+            for i, slot in zip(step.active, step.parents):
+                ct = f"_product({g}, p{k}_{step.partial.index(i)}[i])"
+                if step.operands[i][0] == SCALAR_SLOT:
+                    statements.append(f"rows[{dot}, b - lo + i] = {ct}")
+                    dot += 1
+                else:
+                    statements.append(contribute(slot, ct))
+            body += loop(statements)
+        params = ", ".join(["c", "dots"] + sum_cts + arrays + scalars + grads + flags)
+        lines += [f"def _s{n}_gradients({params}):"] + head + setup
+        lines += [f"    rows = _empty(({len(self.dots)}, {CHUNK}))"]
+        lines += [f"    {name} = _empty(BLOCK)" for name in
+                  [f"e{slot}" for slot in made] + [f"c{slot}" for slot in made] + partials]
+        lines += blocks + body
+        lines += [f"    for d in range({len(self.dots)}):",
+                  "        dots[c, d] = _lane_sum(rows[d], hi - lo)",
+                  "    return 0.0", ""]
+
+        # --- the drivers: chunks in order on one thread, or shared by workers
+        flat = [f"    {a} = {a}.reshape({seg.size})" for a in arrays]
+        values_args = ", ".join(arrays + scalars + terms)
+        gradient_args = ", ".join(sum_cts + arrays + scalars + grads + flags)
+        nchunks, ndots = seg.nchunks, len(self.dots)
+        if self.threaded:
+            lines += self._guarded(f"_s{n}_values", ["c"] + arrays + scalars + terms)
+            lines += self._guarded(f"_s{n}_gradients", ["c", "dots"] + sum_cts
+                                   + arrays + scalars + grads + flags)
+            lines += [f"def _s{n}_values_threads(workers, checks, {values_args}):",
+                      "    for t in _prange(workers):",
+                      f"        for c in range({nchunks} * t // workers, "
+                      f"{nchunks} * (t + 1) // workers):",
+                      f"            checks[c] = _s{n}_values_guarded(c, {values_args})", ""]
+            lines += [f"def _s{n}_gradients_threads(workers, checks, dots, {gradient_args}):",
+                      "    for t in _prange(workers):",
+                      f"        for c in range({nchunks} * t // workers, "
+                      f"{nchunks} * (t + 1) // workers):",
+                      f"            checks[c] = _s{n}_gradients_guarded(c, dots, "
+                      f"{gradient_args})", ""]
+
+        def chunks(threads, one_thread):
+            # the chunks in order on this thread, or shared by the workers
+            if not self.threaded:
+                return ["    " + line for line in one_thread]
+            return (["    if workers > 1:", "        " + threads, "    else:"]
+                    + ["        " + line for line in one_thread])
+
+        lines += [f"def _s{n}_forward({', '.join(['workers'] + arrays + scalars)}):"] + flat
+        lines += [f"    {t} = _empty({seg.size})" for t in terms]
+        lines += [f"    checks = _empty({nchunks})"]
+        lines += chunks(f"_s{n}_values_threads(workers, checks, {values_args})",
+                        [f"for c in range({nchunks}):",
+                         f"    checks[c] = _s{n}_values(c, {values_args})"])
+        lines += ["    check = 0.0", f"    for c in range({nchunks}):",
+                  "        check += checks[c]",
+                  f"    return (check, {''.join(f'_numpy_sum({t}), ' for t in terms)})", ""]
+        lines += [f"def _s{n}_backward("
+                  f"{', '.join(['workers'] + sum_cts + arrays + scalars + grads + flags)}):"]
+        lines += flat
+        lines += [f"    dots = _empty(({nchunks}, {max(ndots, 1)}))",
+                  f"    checks = _empty({nchunks})"]
+        lines += chunks(f"_s{n}_gradients_threads(workers, checks, dots, {gradient_args})",
+                        [f"for c in range({nchunks}):",
+                         f"    checks[c] = _s{n}_gradients(c, dots, {gradient_args})"])
+        lines += ["    check = 0.0", f"    for c in range({nchunks}):",
+                  "        check += checks[c]"]
+        totals = []
+        for d in range(ndots):
+            # the chunks' sums added in order, as nan_safe_dot adds them
+            lines += [f"    total{d} = 0.0", f"    for c in range({nchunks}):",
+                      f"        total{d} += dots[c, {d}]"]
+            totals.append(f"total{d}, ")
+        lines += [f"    return (check, {''.join(totals)})", ""]
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _guarded(name, params):
+        # A worker's exception would be lost in a parallel region (and a try there
+        # keeps Numba from parallelising): each chunk reports one as nan.
+        params = ", ".join(params)
+        return [f"def {name}_guarded({params}):", "    try:",
+                f"        return {name}({params})", "    except Exception:",
+                "        return _NAN", ""]
+
+    def functions(self):
+        """The names of the helpers to compile, each with whether it is parallel."""
+        n = self.n
+        threads = [(f"_s{n}_values_guarded", False), (f"_s{n}_gradients_guarded", False),
+                   (f"_s{n}_values_threads", True), (f"_s{n}_gradients_threads", True)]
+        return [(f"_s{n}_values", False), (f"_s{n}_gradients", False)] + \
+            (threads if self.threaded else []) + \
+            [(f"_s{n}_forward", False), (f"_s{n}_backward", False)]
+
+
+def segment_outputs(steps):
+    return {step.out for step in steps}

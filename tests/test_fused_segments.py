@@ -1,0 +1,237 @@
+"""Fused segments (dualbcast/jit/segments.py): a chain of kernel maps, ``x ** 2`` and
+``np.sum`` over arrays of one shape, compiled under ``db.jit`` into two loops over the
+elements, gives the bits the traced program gives — values, gradients, their types —
+across shapes, chunk and block edges, threads, special values, warnings and errors."""
+import math
+import warnings
+
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import dualbcast as db
+from dualbcast.jit import program as replay
+from dualbcast.jit.fused_runtime import numpy_sum
+from dualbcast.jit.segments import BLOCK
+from dualbcast.kernel.products import CHUNK
+from replays import programs_of
+
+RNG = np.random.default_rng(23)
+
+
+@pytest.fixture(autouse=True)
+def fuse_at_once(monkeypatch):
+    monkeypatch.setattr(replay.Program, "GENERATE_AFTER", 1)
+    monkeypatch.setattr(replay.Program, "FUSE_AFTER", 1)
+
+
+@pytest.fixture
+def fused_runs(monkeypatch):
+    count = []
+    real = replay.Program.run_fused
+
+    def counted(program, values):
+        result = real(program, values)
+        if result is not None:
+            count.append(1)
+        return result
+    monkeypatch.setattr(replay.Program, "run_fused", counted)
+    return count
+
+
+@db.fast_broadcast
+def soft(h, a):
+    return h * math.exp(-a * h * h)
+
+
+@db.fast_broadcast
+def wave(h, a):             # (vmath's sin reads a table: a gather in the loop)
+    return h + a * math.sin(h)
+
+
+@db.fast_broadcast
+def ratio(h, x, c):
+    return h / (1.0 + abs(x)) + c * h
+
+
+@db.fast_broadcast
+def poly(h):
+    return 0.5 * h * h - h
+
+
+def chain(x, a):
+    """The benchmark's shape: kernels chained, a sum of squares, a kernel sum."""
+    h = soft(x, a)
+    h = wave(h, a)
+    h = poly(h)
+    return np.sum(h ** 2) + soft.sum(x, a)
+
+
+def mixed(x, y, a):
+    """Argument arrays read by several kernels, a constant array, numbers, a scalar
+    argument in two positions, an array read twice, a map nothing reads, two sums,
+    and scalar code around them."""
+    c = np.linspace(0.0, 1.0, x.size).reshape(x.shape)
+    h1 = ratio(x, y, 0.25)
+    h2 = wave(h1, a)
+    h3 = ratio(h2, c, a)
+    h4 = soft(h1, 0.5)
+    poly(h2)                                # (read by nothing)
+    p = np.sum(h3 ** 2)
+    q = np.sum(h4)
+    return p * q + soft.sum(y, a) - p ** 2 * a
+
+
+def _same(got, want):
+    assert type(got) is type(want), (type(got), type(want))
+    if isinstance(want, tuple):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            _same(g, w)
+    elif isinstance(want, np.ndarray):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes()
+    else:
+        assert np.array(got).tobytes() == np.array(want).tobytes(), (got, want)
+
+
+def _agree(f, argsets, argnums=0):
+    vg = db.jit(db.value_and_grad(f, argnums))
+    traced = db.value_and_grad(f, argnums)
+    for args in argsets:
+        _same(vg(*args), traced(*args))
+    return vg
+
+
+def _fusion(vg):
+    [entry] = programs_of(vg).entries.values()
+    return entry.program.fusion
+
+
+@pytest.mark.parametrize("shape", [(2,), (BLOCK + 1,), (CHUNK + 3,), (3, 70)])
+def test_a_chain_of_kernels_is_one_segment_with_the_traced_bits(shape, fused_runs):
+    argsets = [(RNG.uniform(-0.5, 1.0, shape), RNG.uniform(0.2, 1.5)) for _ in range(5)]
+    vg = _agree(chain, argsets, argnums=(0, 1))
+    fusion = _fusion(vg)
+    assert fusion.function is not None and "def _s0_forward" in fusion.source
+    assert len(fused_runs) == 3
+
+
+def test_the_chain_against_autograd():
+    x, a = RNG.uniform(-0.5, 1.0, 300), 0.8
+
+    def reference(x, a):
+        h = x * anp.exp(-a * x * x)
+        h = h + a * anp.sin(h)
+        h = 0.5 * h * h - h
+        return anp.sum(h ** 2) + anp.sum(x * anp.exp(-a * x * x))
+    vg = db.jit(db.value_and_grad(chain, argnums=(0, 1)))
+    for _ in range(3):
+        value, (gx, ga) = vg(x, a)
+    want_value, (want_x, want_a) = autograd.value_and_grad(reference, argnum=(0, 1))(x, a)
+    np.testing.assert_allclose(value, want_value, rtol=1e-13)
+    np.testing.assert_allclose(gx, want_x, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(ga, want_a, rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape, argnums", [((300,), (0, 1, 2)), ((2, 3, 45), (0, 1, 2)),
+                                            ((300,), 0), ((300,), (1, 2))])
+def test_operands_of_every_kind_add_their_cotangents_up_in_the_replay_order(
+        shape, argnums, fused_runs):
+    fixed = (RNG.uniform(-1.0, 1.0, shape), RNG.uniform(-1.0, 1.0, shape), 0.75)
+    differentiated = (argnums,) if type(argnums) is int else argnums
+    # (arguments not differentiated are constants of the program: the same each call)
+    argsets = [tuple(RNG.uniform(-1.0, 1.0, np.shape(value)) + (i == 2) if i in differentiated
+                     else value for i, value in enumerate(fixed)) for _ in range(4)]
+    argsets = [(x, y, float(a)) for x, y, a in argsets]
+    vg = _agree(mixed, argsets, argnums=argnums)
+    assert "def _s0_forward" in _fusion(vg).source
+    assert len(fused_runs) == 2
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_threads_share_the_chunks_and_change_no_bit(threads, monkeypatch, fused_runs):
+    monkeypatch.setattr(db.config, "parallel_threshold", 2 * CHUNK)
+    monkeypatch.setattr(db.config, "threads", threads)
+    argsets = [(RNG.uniform(-0.5, 1.0, 3 * CHUNK + 7), RNG.uniform(0.2, 1.5)) for _ in range(4)]
+    vg = _agree(chain, argsets, argnums=(0, 1))
+    assert _fusion(vg).threaded and len(fused_runs) == 2
+
+
+def test_special_values_give_the_traced_bits():
+    x = RNG.uniform(-0.5, 1.0, 600)
+    x[:12] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-310, -1e-310, 1e300, -1e300, 5e-324,
+              np.finfo(float).max, np.finfo(float).tiny]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _agree(chain, [(x, 0.7), (x, 0.0), (x, -0.0), (np.full(600, np.nan), 0.7),
+                       (x, np.inf), (x, 0.7)], argnums=(0, 1))
+
+
+def test_a_square_that_overflows_warns_as_traced(fused_runs):
+    def f(x, a):                            # a square read by a kernel: checked
+        return np.sum(poly(wave(x, a) ** 2))
+    small = RNG.uniform(-1.0, 1.0, 64)
+    vg = _agree(f, [(small, 0.5)] * 3, argnums=(0, 1))
+    assert len(fused_runs) == 1
+    huge = small.copy()
+    huge[5] = 1e200
+    for function in (vg, db.value_and_grad(f, (0, 1))):
+        with pytest.warns(RuntimeWarning, match="overflow"):
+            function(huge, 0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _same(vg(huge, 0.5), db.value_and_grad(f, (0, 1))(huge, 0.5))
+
+
+@db.fast_broadcast
+def refuses_large(h):
+    if h > 100.0:
+        raise ValueError("refuses_large: h > 100")
+    return h * 0.5
+
+
+def test_a_kernel_that_raises_raises_as_traced(fused_runs):
+    def f(x, a):
+        return np.sum(refuses_large(wave(x, a)))
+    x = RNG.uniform(-1.0, 1.0, 64)
+    vg = _agree(f, [(x, 0.5)] * 3, argnums=(0, 1))
+    assert len(fused_runs) == 1
+    for function in (vg, db.value_and_grad(f, (0, 1))):
+        with pytest.raises(ValueError, match="h > 100"):
+            function(x + 1000.0, 0.5)
+    _same(vg(x, 0.5), db.value_and_grad(f, (0, 1))(x, 0.5))
+
+
+def test_an_array_read_after_its_segment_is_not_fused_into_it_and_still_right():
+    def f(x, a):
+        h = wave(x, a)
+        return np.sum(h ** 2) * np.max(h)
+    vg = _agree(f, [(RNG.uniform(-1.0, 1.0, 50), 0.5)] * 3, argnums=(0, 1))
+    fusion = _fusion(vg)
+    assert fusion is None or "_s0_forward" not in fusion.source
+
+
+def test_a_segment_allocates_no_array_of_its_size_between_kernels():
+    vg = _agree(chain, [(RNG.uniform(-0.5, 1.0, 3000), 0.5)] * 3, argnums=(0, 1))
+    source = _fusion(vg).source
+    segment = source[source.index("def _s0_values"):source.index("def fused")]
+    sizes = [text.split(")")[0] for text in segment.split("_empty(")[1:]]
+    # the blocks, the rows of a chunk's products, per chunk its checks and dots, and
+    # the terms of the one sum (np.sum adds them up whole)
+    assert sizes.count("3000") == 1, sizes       # the one sum's terms
+    assert set(sizes) == {"BLOCK", "3000", "1", "(1, 2", f"(2, {CHUNK}"}, sizes
+
+
+@given(st.integers(0, 3 * CHUNK), st.integers(0, 2 ** 32 - 1),
+       st.sampled_from([1.0, 1e-300, 1e300, np.nan, np.inf]))
+def test_numpy_sum_adds_up_as_numpy_does(n, seed, special):
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal(n) * 10.0 ** rng.integers(-20, 20, n)
+    if n:
+        values[rng.integers(0, n)] = special
+    got, want = numpy_sum(values), np.add.reduce(values, axis=None)
+    assert np.float64(got).tobytes() == np.float64(want).tobytes() or \
+        (math.isnan(got) and math.isnan(want))
