@@ -52,7 +52,7 @@ from ..rules.fast import SUM_COTANGENT_FORM, kernel_sum_loop
 from ..config import config
 from ..dual import make_dual, partials_of, value_of
 from ..kernel.loops import lane_sum
-from ..kernel.threads import enter_parallel_region, leave_parallel_region
+from ..kernel.threads import enter_parallel_region, leave_parallel_region, next_chunk
 from .fused_runtime import (_GRADIENT_SOURCE, _add_to, _libm_pow, _nan_safe, _where,
                             exact_sum, nan_safe_product, numpy_sum)
 from .segments import BLOCK, SegmentSource, find_segments
@@ -102,7 +102,8 @@ class _Writer:
                           "_prange": numba.prange, "_lane_sum": lane_sum,
                           "_numpy_sum": numpy_sum, "_product": nan_safe_product,
                           "_dual": make_dual, "_value": value_of, "_partials": partials_of,
-                          "_to_float": numba.float64, "_u": numba.uint64, "BLOCK": BLOCK}
+                          "_to_float": numba.float64, "_u": numba.uint64, "BLOCK": BLOCK,
+                          "_int64": np.int64, "_next_chunk": next_chunk}
         self.params = []                # the fused function's parameters
         self.forward = []
         self.backward = []              # per record: a function writing its backward pass

@@ -390,17 +390,17 @@ class SegmentSource:
             lines += self._guarded(f"_s{n}_values", ["c"] + arrays + scalars + terms)
             lines += self._guarded(f"_s{n}_gradients", ["c", "dots"] + sum_cts
                                    + arrays + scalars + grads + flags)
-            lines += [f"def _s{n}_values_threads(workers, checks, {values_args}):",
-                      "    for t in _prange(workers):",
-                      f"        for c in range({nchunks} * t // workers, "
-                      f"{nchunks} * (t + 1) // workers):",
-                      f"            checks[c] = _s{n}_values_guarded(c, {values_args})", ""]
-            lines += [f"def _s{n}_gradients_threads(workers, checks, dots, {gradient_args}):",
-                      "    for t in _prange(workers):",
-                      f"        for c in range({nchunks} * t // workers, "
-                      f"{nchunks} * (t + 1) // workers):",
-                      f"            checks[c] = _s{n}_gradients_guarded(c, dots, "
-                      f"{gradient_args})", ""]
+            # (the chunks taken from a queue as threads get free: kernel/threads.py)
+            for name, args in (("values", f"checks, {values_args}"),
+                               ("gradients", f"checks, dots, {gradient_args}")):
+                call = args.replace("checks, ", "c, ", 1)
+                lines += [f"def _s{n}_{name}_threads(workers, {args}):",
+                          "    queue = _zeros(1, _int64)",
+                          "    for t in _prange(workers):",
+                          "        c = _next_chunk(queue)",
+                          f"        while c < {nchunks}:",
+                          f"            checks[c] = _s{n}_{name}_guarded({call})",
+                          "            c = _next_chunk(queue)", ""]
 
         def chunks(threads, one_thread):
             # the chunks in order on this thread, or shared by the workers

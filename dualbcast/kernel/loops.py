@@ -29,9 +29,9 @@ of the loop after the arguments, broadcast like them):
                             products)
 
 Chunks: the outermost loop runs in chunks of ``rows`` iterations, and a loop call does
-the chunks ``lo <= c < hi``, so threads can share a call: ``parallel_loop``, compiled
-at the first call that splits, gives each of ``workers`` Numba threads a contiguous
-range of chunks and its own scratch row.  A chunk's values (and register gradients) go
+the chunks ``lo <= c < hi``, so threads can share a call: in ``parallel_loop``, compiled
+at the first call that splits, each of ``workers`` Numba threads takes the next chunk
+from a queue until none is left (:mod:`.threads`), with a scratch row of its own.  A chunk's values (and register gradients) go
 to a ``scratch`` row of the calling thread and are added up by :func:`lane_sum` into
 ``totals`` (one row per chunk), which are added up exactly afterwards: a sum depends on
 the shape only, never on how many threads ran or on how LLVM compiled the loop.
@@ -52,6 +52,7 @@ import numpy as np
 from ..dual import DualType, make_dual, partials_of, value_of
 from .arguments import ARRAY, STRIDED
 from .cache import load_loop
+from .threads import next_chunk
 
 MODES = ("map", "sum", "partials", "sum_partials", "tangent", "sum_tangent",
          "partials_tangent", "sum_partials_tangent")
@@ -246,8 +247,8 @@ def loop_source(spec):
 
 
 def _parallel_driver(params):
-    """The source of ``parallel_loop``: the chunks of ``loop`` split between
-    ``workers`` Numba threads.  An exception inside a parallel region would be lost
+    """The source of ``parallel_loop``: the chunks of ``loop`` shared by ``workers``
+    Numba threads through a queue (see :mod:`.threads`).  An exception inside a parallel region would be lost
     (and a ``try`` there stops Numba from parallelising), so each worker runs
     ``guarded_loop``, which reports one in ``failed``; the caller then runs the loop
     again on one thread to raise it.  ``_loop``, ``_guarded``: the compiled functions."""
@@ -265,10 +266,13 @@ def _parallel_driver(params):
             "", "",
             f"def parallel_loop(workers, failed, shape, nchunks, rows, "
             f"{', '.join(params[4:])}):",
+            "    queue = _zeros(1, _int64)",
             "    for t in _prange(workers):",
-            "        lo = nchunks * t // workers",
-            "        hi = nchunks * (t + 1) // workers",
-            f"        failed[t] = _guarded(shape, lo, hi, rows, {', '.join(operands)})",
+            "        c = _next_chunk(queue)",
+            "        while c < nchunks:",
+            f"            if _guarded(shape, c, c + 1, rows, {', '.join(operands)}):",
+            "                failed[t] = True",
+            "            c = _next_chunk(queue)",
             "", ""]
 
 
@@ -287,6 +291,9 @@ def compile_loop(spec, scalar_kernel, jit_options, cache_key=None):
         "_u": numba.uint64,
         "_prange": numba.prange,
         "_empty": np.empty,
+        "_zeros": np.zeros,
+        "_int64": np.int64,
+        "_next_chunk": next_chunk,
     }
     module = None
     if cache_key is not None:

@@ -12,8 +12,9 @@ chain at 10^5 elements ran twice as long).
 
 Both take float64 arrays of one shape, C-contiguous, and return None for anything else
 (the caller's NumPy path handles it).  Above ``config.parallel_threshold`` elements
-they run on ``config.threads`` threads; a sum is added up in chunks of a fixed size in
-a fixed order, so its bits never depend on the threads.
+they run on ``config.threads`` threads, which take chunks of ``CHUNK`` elements from a
+queue as they get free (kernel/threads.py); a sum is added up in chunks of a fixed size
+in a fixed order, so its bits never depend on the threads.
 """
 import math
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from ..config import config
 from .loops import lane_sum
-from .threads import enter_parallel_region, leave_parallel_region
+from .threads import enter_parallel_region, leave_parallel_region, next_chunk
 
 CHUNK = 1 << 12         # elements per partial sum
 
@@ -139,9 +140,13 @@ def _multiply_into(g, local):
 @numba.njit(parallel=True, error_model="numpy", cache=True, nogil=True)
 def _multiply_parallel(g, local, out, workers):
     n = g.size
+    queue = np.zeros(1, np.int64)       # chunks taken as threads get free (threads.py)
     for w in numba.prange(workers):
-        lo, hi = n * w // workers, n * (w + 1) // workers
-        _multiply(g[lo:hi], local[lo:hi], out[lo:hi])
+        c = next_chunk(queue)
+        while c * CHUNK < n:
+            lo, hi = c * CHUNK, min((c + 1) * CHUNK, n)
+            _multiply(g[lo:hi], local[lo:hi], out[lo:hi])
+            c = next_chunk(queue)
 
 
 @numba.njit(error_model="numpy", cache=True, nogil=True)
@@ -153,9 +158,13 @@ def _scaled_sum(a, x, b, y, out):
 @numba.njit(parallel=True, error_model="numpy", cache=True, nogil=True)
 def _scaled_sum_parallel(a, x, b, y, out, workers):
     n = x.size
+    queue = np.zeros(1, np.int64)
     for w in numba.prange(workers):
-        lo, hi = n * w // workers, n * (w + 1) // workers
-        _scaled_sum(a, x[lo:hi], b, y[lo:hi], out[lo:hi])
+        c = next_chunk(queue)
+        while c * CHUNK < n:
+            lo, hi = c * CHUNK, min((c + 1) * CHUNK, n)
+            _scaled_sum(a, x[lo:hi], b, y[lo:hi], out[lo:hi])
+            c = next_chunk(queue)
 
 
 @numba.njit(error_model="numpy", cache=True, nogil=True)
@@ -189,11 +198,14 @@ def _dot_parallel(g, local, workers):
     n = g.size
     nchunks = (n + CHUNK - 1) // CHUNK
     sums = np.empty(nchunks)
+    queue = np.zeros(1, np.int64)
     for w in numba.prange(workers):
         products = np.empty(CHUNK)
-        for c in range(nchunks * w // workers, nchunks * (w + 1) // workers):
+        c = next_chunk(queue)
+        while c < nchunks:
             lo, hi = c * CHUNK, min((c + 1) * CHUNK, n)
             sums[c] = _chunk_dot(g[lo:hi], local[lo:hi], products)
+            c = next_chunk(queue)
     total = 0.0
     for c in range(nchunks):
         total += sums[c]

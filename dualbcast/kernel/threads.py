@@ -11,12 +11,21 @@ threads took 50-100 µs here.  Two limits of the layers are kept out of the user
   thread of this process inside one runs on its own thread.
 
 Either way only the speed changes: results never depend on the number of threads.
+
+Threads share a loop's chunks through a queue (:func:`next_chunk`): each takes the
+next chunk when it is done with one, so a thread slowed down (a busy core) takes fewer
+and the others more; every chunk's results land in its own place, so the bits never
+depend on who ran it.  (Numba's ``parallel_chunksize`` did not balance with the
+``omp`` layer: it still splits the chunks evenly up front.)
 """
 import os
 import threading
 
 import numba
 import numpy as np
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from ..config import config
 
@@ -64,3 +73,19 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 def _scale(flat, factor):
     for i in numba.prange(flat.size):
         flat[i] *= factor
+
+
+@intrinsic
+def next_chunk(typingctx, counter):
+    """The next chunk of a loop shared by threads: ``counter[0]``, incremented
+    atomically (a 1-element int64 array, 0 before the loop)."""
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        pointer = cgutils.get_item_pointer(context, builder, signature.args[0], array,
+                                           [context.get_constant(types.intp, 0)])
+        return builder.atomic_rmw("add", pointer, context.get_constant(types.int64, 1),
+                                  "monotonic")
+    return types.int64(counter), codegen
