@@ -235,3 +235,11 @@ def test_numpy_sum_adds_up_as_numpy_does(n, seed, special):
     got, want = numpy_sum(values), np.add.reduce(values, axis=None)
     assert np.float64(got).tobytes() == np.float64(want).tobytes() or \
         (math.isnan(got) and math.isnan(want))
+
+
+def test_a_chain_longer_than_the_cap_is_not_fused_and_still_right(monkeypatch):
+    from dualbcast.jit import segments
+    monkeypatch.setattr(segments, "MAX_KERNELS", 2)
+    vg = _agree(chain, [(RNG.uniform(-0.5, 1.0, 40), 0.5)] * 3, argnums=(0, 1))
+    fusion = _fusion(vg)
+    assert fusion is None or "_s0_forward" not in fusion.source

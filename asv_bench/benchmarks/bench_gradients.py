@@ -12,6 +12,7 @@ from .gradients import CASES, OURS, PEERS, SYSTEMS, make_call
 
 
 class GradientTimes:
+    timeout = 300       # (a first db.jit call fuses: a chain of kernels compiles for seconds)
     params = (list(CASES), list(SYSTEMS))
     param_names = ["case", "system"]
 
@@ -25,6 +26,7 @@ class GradientTimes:
 class GradientRatios:
     """dualbcast eager and under db.jit over each peer, timed in turns (five rounds,
     each system its best)."""
+    timeout = 300
     params = (list(CASES), list(OURS), [p for p in PEERS if p not in OURS])
     param_names = ["case", "ours", "peer"]
 

@@ -8,6 +8,7 @@ Each case builds a zero-argument callable returning the value and the gradient, 
 that the asv benchmarks and ``asv_bench/report.py`` time exactly the same code.
 """
 import importlib
+import os
 
 import numba
 import numpy as np
@@ -17,7 +18,7 @@ from dualbcast.jit.program import Program
 from dualbcast.vmath.explog import exp as vexp
 
 # The kernels, coefficients and fused Numba loops of the kernel benchmarks.
-from .workloads import (COEFFS, LIVE, chain, chain_generic, poly9,
+from .workloads import (COEFFS, LIVE, chain, chain_generic, graph_energy, make_graph, poly9,
                         poly9_sum_and_partials_numba, rho, rho_sum_and_partials_numba)
 
 # dualbcast: value_and_grad, eager (f traced on every call); dualbcast_jit: the same
@@ -315,6 +316,44 @@ def kernel_chain(system, n):
     raise NotImplementedError(system)   # by hand: ten kernels' derivatives, not written
 
 
+# --- a 200-vertex computation graph evaluated through a memo dict ---------------------
+
+def kernel_graph(system, n):
+    x, a, graph = _inputs(n), 0.7, make_graph()
+    if system in OURS:
+        f = _value_and_grad(system, lambda x, a: graph_energy(x, a, graph), argnums=(0, 1))
+        return lambda: f(x, a)
+    if system == "jax":
+        # XLA recomputes the chain in each fusion: its compile grows as the square of the
+        # vertices (measured: 25, 50, 100, 200 vertices: 1.0, 3.3, 15, 78 s; 2.0, 5.6,
+        # 22, 117 ms a call), beyond asv's timeout: run with DUALBCAST_BENCH_SLOW=1.
+        if not os.environ.get("DUALBCAST_BENCH_SLOW"):
+            raise NotImplementedError("JAX's jit of the 200-vertex graph compiles for ~80 s: "
+                                      "set DUALBCAST_BENCH_SLOW=1 to time it")
+        jax = _peer("jax")
+        g = jax.jit(jax.value_and_grad(
+            lambda x, a: graph_energy(x, a, graph, jax.numpy, jax.numpy.sum), argnums=(0, 1)))
+        xj = jax.numpy.asarray(x)
+        return lambda: jax.block_until_ready(g(xj, a))
+    if system == "torch":
+        torch = _peer("torch")
+        xt = torch.from_numpy(x)
+
+        def call():
+            xs = xt.detach().requires_grad_(True)
+            at = torch.tensor(a, dtype=torch.float64, requires_grad=True)
+            value = graph_energy(xs, at, graph, torch, torch.sum)
+            value.backward()
+            return value, (xs.grad, at.grad)
+        return call
+    if system == "autograd":
+        autograd = _peer("autograd")
+        anp = importlib.import_module("autograd.numpy")
+        g = autograd.value_and_grad(lambda xa: graph_energy(xa[0], xa[1], graph, anp, anp.sum))
+        return lambda: g((x, a))
+    raise NotImplementedError(system)   # by hand: not written
+
+
 CASES = {
     "eam_1e2": (eam, 10 ** 2), "eam_1e4": (eam, 10 ** 4), "eam_1e6": (eam, 10 ** 6),
     "eam_out_1e6": (eam_into_buffer, 10 ** 6),
@@ -324,6 +363,7 @@ CASES = {
     "fold16": (fold16, FOLD_TERMS),
     "qux": (qux, 1),
     "chain10_1e3": (kernel_chain, 10 ** 3), "chain10_1e5": (kernel_chain, 10 ** 5),
+    "graph200_1e3": (kernel_graph, 10 ** 3),
 }
 
 

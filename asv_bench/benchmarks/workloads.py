@@ -248,3 +248,55 @@ def chain_generic(x, a, m, total):
     for step in CHAIN_STEPS:
         h = step(h, a, m)
     return total(h ** 2) + total(CHAIN_STEPS[0](x, a, m))
+
+
+# --- a computation graph of 200 vertices evaluated through a memo dict (the
+# computation-graph seed, written as a new user would) ----------------------------------
+# Vertex 0 is the input x; each later vertex applies one of the kernels below to the
+# vertex before it (every fourth also to one of the eight before it) and the parameter a; the energy is the sum of
+# the last vertex squared.  The same steps for an array namespace ``m``, side by side.
+
+
+@db.fast_broadcast
+def blend(u, v, a):
+    return u * math.tanh(v) + a * v
+
+
+@db.fast_broadcast
+def squash(u, a):
+    return u / (1.0 + a * abs(u))
+
+
+GRAPH_VERTICES = 200
+GRAPH_OPS = (
+    (lambda u, v, a: blend(u, v, a), lambda u, v, a, m: u * m.tanh(v) + a * v),
+    (lambda u, v, a: squash(u, a), lambda u, v, a, m: u / (1.0 + a * abs(u))),
+    (lambda u, v, a: chain1(u, a), lambda u, v, a, m: u + a * m.sin(u)),
+)
+
+
+def make_graph(vertices=GRAPH_VERTICES, seed=0):
+    """Per vertex after the input: ``(op, first input, second input)``."""
+    rng = np.random.default_rng(seed)
+    graph = []
+    for vertex in range(1, vertices):
+        # every fourth vertex also reads one of the eight before it (a skip connection)
+        first = vertex - 1
+        second = int(rng.integers(max(0, vertex - 8), vertex)) if vertex % 4 == 0 else first
+        graph.append((int(rng.integers(len(GRAPH_OPS))), first, second))
+    return graph
+
+
+def graph_energy(x, a, graph, generic=None, total=np.sum):
+    """The graph's energy, each vertex's output computed once through a memo dict:
+    with dualbcast kernels, or (``generic``: an array namespace) its steps."""
+    memo = {0: x}
+
+    def output(vertex):
+        if vertex not in memo:
+            op, first, second = graph[vertex - 1]
+            u, v = output(first), output(second)
+            kernel_op, generic_op = GRAPH_OPS[op]
+            memo[vertex] = kernel_op(u, v, a) if generic is None else generic_op(u, v, a, generic)
+        return memo[vertex]
+    return total(output(len(graph)) ** 2)

@@ -8,17 +8,18 @@ six scalar operations and their vjps, the gradient's scaling — around a loop o
 under a microsecond.  A program made only of
 
 - kernel sums ``k.sum(...)`` whose arguments are the differentiated arguments or
-  constants, below the size where their loops run on several threads
-  (``config.parallel_threshold``: larger loops dwarf the Python), every gradient
-  float64 and either stored whole (an array argument) or summed in a register (a
-  scalar argument);
+  constants, every gradient float64 and either stored whole (an array argument) or
+  summed in a register (a scalar argument);
+- *segments* (:mod:`.segments`): chains of kernel maps ``k(...)``, ``x ** 2`` and
+  ``np.sum`` over arrays of one shape, ending in sums;
 - scalar ``x + y``, ``x - y``, ``x * y``, ``x / y``, ``-x`` and ``x ** c`` (``c`` a
   constant) on float64;
 - no guards (no control flow on traced values), a float64 scalar output,
 
 is written out as one function: each sum's loop (the kernel's own compiled loop,
-called), the scalar forward pass, and the backward pass with every cotangent in a
-local variable.  Python is left with the operands, the gradient arrays and one call
+called; on its threaded driver from ``config.parallel_threshold`` elements), each
+segment's two loops, the scalar forward pass, and the backward pass with every
+cotangent in a local variable.  Python is left with the operands, the gradient arrays and one call
 (~2 µs).  The function is straight-line code, every name assigned once, so that
 Numba compiles it in time and memory linear in its length (see :mod:`.fused_runtime`).
 

@@ -47,6 +47,10 @@ _SCALARS = (float, np.float64)
 _NUMBERS = (float, int, np.float64)
 _MAP, _SQUARE, _SUM = "map", "square", "sum"
 BLOCK = 256         # elements of a block (see SegmentSource._write)
+# The most kernel maps a segment holds: each is compiled twice into it (values; duals),
+# ~0.7 s a kernel of vectorised math (a chain of ten: ~7 s, once, then cached on disk),
+# so this bounds the compile.  A longer chain is not fused.
+MAX_KERNELS = 12
 # Operand kinds: a traced array or scalar (a slot), a constant array (an index into the
 # segment's arrays), a number.
 ARRAY_SLOT, SCALAR_SLOT, ARRAY, NUMBER = "array slot", "scalar slot", "array", "number"
@@ -107,9 +111,10 @@ def _grow(records, start, values, leaves, last_use):
     while steps and steps[-1].kind != _SUM:     # it ends in a sum
         made.discard(steps.pop().out)
     stop = start + len(steps)
-    if not any(step.kind == _MAP for step in steps) or \
+    kernels = sum(step.kind == _MAP for step in steps)
+    if not kernels or kernels > MAX_KERNELS or \
             any(last_use.get(slot, -1) >= stop for slot in made):
-        return None                     # nothing to fuse, or an array needed later
+        return None                     # nothing to fuse, too much, or an array needed later
     return Segment(start, stop, shape, steps, arrays)
 
 
