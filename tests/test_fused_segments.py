@@ -243,3 +243,11 @@ def test_a_chain_longer_than_the_cap_is_not_fused_and_still_right(monkeypatch):
     vg = _agree(chain, [(RNG.uniform(-0.5, 1.0, 40), 0.5)] * 3, argnums=(0, 1))
     fusion = _fusion(vg)
     assert fusion is None or "_s0_forward" not in fusion.source
+
+
+def test_a_leaf_a_kernel_sum_also_differentiates_gets_one_gradient_buffer():
+    vg = _agree(chain, [(RNG.uniform(-0.5, 1.0, 500), 0.5)] * 3, argnums=(0, 1))
+    fusion = _fusion(vg)
+    # x's cotangent: the kernel sum's buffer, into which the segment adds; no other
+    # array of x's size is allocated per call for it
+    assert fusion.accumulators == [(500,)] and fusion.blocks == []

@@ -121,6 +121,8 @@ class _Writer:
                                         # source and (name, parallel) of each function
         self.threaded = 0               # the most elements a part on threads loops over
         self.kernel_sources = []        # segments' kernels' cache keys (name the source)
+        self.segment_buffers = set()    # segments' gradient buffers: only one that is a
+                                        # leaf's accumulator is allocated
         self.cacheable = True           # whether every kernel's code is named by a file
         for leaf in range(leaves):
             value = values[leaf]
@@ -163,6 +165,8 @@ class _Writer:
         blocks, rows = {}, []
         for slot, buffers in self.array_gradients.items():
             for name, shape in buffers[:-1]:
+                if name in self.segment_buffers:
+                    continue            # (a segment adds into the accumulator itself)
                 size = int(np.prod(shape))
                 rows.append(f"{name} = B{size}[{blocks.get(size, 0)}]")
                 blocks[size] = blocks.get(size, 0) + 1
@@ -470,6 +474,7 @@ class _Writer:
         names = {}
         for slot in source.leaf_gradients:
             names[slot] = f"b{n}s_{slot}"
+            self.segment_buffers.add(names[slot])
             stored = self.array_gradients.setdefault(slot, [])
             _require(not stored or stored[0][1] == segment.shape)
             stored.append((names[slot], segment.shape))

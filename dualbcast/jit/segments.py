@@ -182,8 +182,8 @@ def _step(record, values, leaves, first, made, shape, arrays):
 
 
 def _loopable(array, shape):
-    return array.dtype == _FLOAT64 and array.flags.c_contiguous and array.size > 0 \
-        and (shape is None or array.shape == shape)
+    return array.dtype == _FLOAT64 and array.flags.c_contiguous and array.ndim > 0 \
+        and array.size > 0 and (shape is None or array.shape == shape)
 
 
 class SegmentSource:
