@@ -204,15 +204,15 @@ class SegmentSource:
     def __init__(self, segment, n, namespace, threaded):
         self.segment, self.n, self.threaded = segment, n, threaded
         steps = segment.steps
-        self.array_params, self.scalar_params = [], []
+        self.made = {step.out for step in steps if step.kind != _SUM}   # arrays made here
+        self.array_params, self.scalar_params = [], []      # what the helpers are passed
         for step in steps:
             for operand in step.operands:
                 if operand[0] == SCALAR_SLOT and operand[1] not in self.scalar_params:
                     self.scalar_params.append(operand[1])
-                elif operand[0] == ARRAY or operand[0] == ARRAY_SLOT and \
-                        operand[1] not in segment_outputs(steps):
-                    if operand not in self.array_params:
-                        self.array_params.append(operand)
+                elif (operand[0] == ARRAY or operand[0] == ARRAY_SLOT
+                      and operand[1] not in self.made) and operand not in self.array_params:
+                    self.array_params.append(operand)
         # The slots a cotangent reaches (every sum's does: the fused function hands
         # the call back otherwise), and the order scalar cotangents are formed in.
         reached = set(segment.sums)
@@ -224,8 +224,7 @@ class SegmentSource:
                         reached.add(operand[1])
                 if step.kind == _MAP:
                     self.dots += [slot for i, slot in zip(step.active, step.parents)
-                                  if i < len(step.operands) and
-                                  step.operands[i][0] == SCALAR_SLOT]
+                                  if step.operands[i][0] == SCALAR_SLOT]
         self.reached = reached
         self.leaf_gradients = [slot for kind, slot in self.array_params
                                if kind == ARRAY_SLOT and slot in reached]
@@ -234,7 +233,6 @@ class SegmentSource:
         # function checks; the check's running sum keeps LLVM from vectorising).
         self.checked = {step.out for step in steps if step.kind == _SQUARE} & {
             operand[1] for step in steps if step.kind != _SUM for operand in step.operands}
-        self.made = {step.out for step in steps if step.kind != _SUM}
         self.namespace = namespace
         for k, step in enumerate(steps):
             if step.kind == _MAP:
@@ -459,7 +457,3 @@ class SegmentSource:
         return [(f"_s{n}_values", False), (f"_s{n}_gradients", False)] + \
             (threads if self.threaded else []) + \
             [(f"_s{n}_forward", False), (f"_s{n}_backward", False)]
-
-
-def segment_outputs(steps):
-    return {step.out for step in steps}
