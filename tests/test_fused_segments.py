@@ -251,3 +251,13 @@ def test_a_leaf_a_kernel_sum_also_differentiates_gets_one_gradient_buffer():
     # x's cotangent: the kernel sum's buffer, into which the segment adds; no other
     # array of x's size is allocated per call for it
     assert fusion.accumulators == [(500,)] and fusion.blocks == []
+
+
+def test_a_chain_behind_a_branch_follows_the_branch_with_the_traced_bits():
+    # a guard (a branch on a traced value): such a program is replayed, not fused, and
+    # a call taking the other branch traces again
+    def f(x, a):
+        h = wave(soft(x, a), a)
+        return np.sum(h ** 2) if np.sum(h) > 0 else np.sum(poly(h))
+    x = RNG.uniform(0.1, 1.0, 300)
+    _agree(f, [(x, 0.5), (-x, 0.5), (x, 0.7), (-x, 0.9), (x, 0.5)], argnums=(0, 1))
