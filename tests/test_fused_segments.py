@@ -261,3 +261,20 @@ def test_a_chain_behind_a_branch_follows_the_branch_with_the_traced_bits():
         return np.sum(h ** 2) if np.sum(h) > 0 else np.sum(poly(h))
     x = RNG.uniform(0.1, 1.0, 300)
     _agree(f, [(x, 0.5), (-x, 0.5), (x, 0.7), (-x, 0.9), (x, 0.5)], argnums=(0, 1))
+
+
+def test_read_only_arguments_compile_nothing_new_and_are_left_alone(fused_runs):
+    x = RNG.uniform(-0.5, 1.0, 700)
+    vg = _agree(chain, [(x, 0.5)] * 3, argnums=(0, 1))
+    soft(x, 0.5), soft.sum_and_partials(x, 0.5, wrt=(0, 1))     # (their loops compiled)
+    fused = _fusion(vg).function
+    counts = (len(fused.signatures), sum(len(loop.signatures) for loop in soft._loops.values()))
+    frozen = x.copy()
+    frozen.flags.writeable = False
+    kept = frozen.copy()
+    _same(vg(frozen, 0.5), db.value_and_grad(chain, (0, 1))(frozen, 0.5))
+    _same(soft(frozen, 0.5), soft(x, 0.5))
+    _same(soft.sum_and_partials(frozen, 0.5, wrt=(0, 1)), soft.sum_and_partials(x, 0.5, wrt=(0, 1)))
+    assert (len(fused.signatures),
+            sum(len(loop.signatures) for loop in soft._loops.values())) == counts
+    assert frozen.tobytes() == kept.tobytes() and not frozen.flags.writeable

@@ -47,6 +47,7 @@ import numpy as np
 from ..core.operators import OPERATOR_UFUNCS
 from ..core.registry import SCALAR_FORMS, SCALAR_UFUNC_VJPS
 from ..core.tape import LinearRecord
+from ..kernel.arguments import read_only_alias
 from ..kernel.cache import load_loop
 from ..kernel.loops import REGISTER, STORE
 from ..rules.fast import SUM_COTANGENT_FORM, kernel_sum_loop
@@ -621,7 +622,9 @@ class Fusion:
         for leaf in self.scalar_leaves:
             args.append(float(values[leaf]))
         for leaf in self.array_leaves:
-            args.append(values[leaf])
+            array = values[leaf]
+            # (read-only: the same Numba type as writeable, or the function compiles again)
+            args.append(array if array.flags.writeable else read_only_alias(array))
         args += self.shared
         for inputs, prepared, positions in self.transformed:
             kernel_args = []

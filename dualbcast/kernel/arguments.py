@@ -58,7 +58,7 @@ class CallPlan:
                 arg = converted         # (in a replay: the same checked content)
             kind = type(arg)
             if recipe == FLAT and kind is np.ndarray and arg.ndim == 1 \
-                    and arg.dtype in _LOADABLE:
+                    and arg.dtype in _LOADABLE and arg.flags.writeable:
                 operands.append(arg)            # the common case, first
             elif recipe == AS_SCALAR:
                 operands.append(arg if kind is exact else dtype.type(arg))
@@ -68,7 +68,8 @@ class CallPlan:
                 if arg.dtype.char == "e" or not arg.dtype.isnative:
                     arg = _loadable(arg)
                 if recipe == FLAT:
-                    operands.append(arg if arg.ndim == 1 else arg.reshape(-1))
+                    flat = arg if arg.ndim == 1 else arg.reshape(-1)
+                    operands.append(flat if flat.flags.writeable else read_only_alias(flat))
                 else:
                     operands.append(_loop_view(arg, self.shape, self.groups))
         return tuple(operands)
@@ -177,6 +178,24 @@ def _c_strides(shape, itemsize=8):
 
 def _group_sizes(shape, groups):
     return tuple(math.prod([shape[d] for d in g]) for g in groups)
+
+
+def read_only_alias(array):
+    """A read-only ``array``'s memory as an array Numba types as writeable (no copy),
+    for a loop that only reads it: Numba types a read-only array apart, so a loop
+    compiled for a writeable one would be compiled again for it (seconds for a large
+    kernel).  The loop views below are all read-only, so they never differ."""
+    interface = dict(array.__array_interface__)
+    interface["data"] = (interface["data"][0], False)
+    return np.asarray(_Exported(interface, array))
+
+
+class _Exported:
+    """An array interface, keeping the array whose memory it describes alive."""
+    __slots__ = ("__array_interface__", "base")
+
+    def __init__(self, interface, base):
+        self.__array_interface__, self.base = interface, base
 
 
 def _loop_view(array, shape, groups, writeable=False):
