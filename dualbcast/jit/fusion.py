@@ -19,8 +19,8 @@ under a microsecond.  A program made only of
 is written out as one function: each sum's loop (the kernel's own compiled loop,
 called; on its threaded driver from ``config.parallel_threshold`` elements), each
 segment's two loops, the scalar forward pass, and the backward pass with every
-cotangent in a local variable.  Python is left with the operands, the gradient arrays and one call
-(~2 µs).  The function is straight-line code, every name assigned once, so that
+cotangent in a local variable.  Python is left with the operands, the gradient arrays
+and one call (~2 µs).  The function is straight-line code, every name assigned once, so that
 Numba compiles it in time and memory linear in its length (see :mod:`.fused_runtime`).
 
 Exactly the replay's bits: the same IEEE operations in the same order (no fast-math;
@@ -44,17 +44,16 @@ import hashlib
 import numba
 import numpy as np
 
+from ..config import config
 from ..core.operators import OPERATOR_UFUNCS
 from ..core.registry import SCALAR_FORMS, SCALAR_UFUNC_VJPS
 from ..core.tape import LinearRecord
+from ..dual import make_dual, partials_of, value_of
 from ..kernel.arguments import read_only_alias
 from ..kernel.cache import load_loop
-from ..kernel.loops import REGISTER, STORE
-from ..rules.fast import SUM_COTANGENT_FORM, kernel_sum_loop
-from ..config import config
-from ..dual import make_dual, partials_of, value_of
-from ..kernel.loops import lane_sum
+from ..kernel.loops import REGISTER, STORE, lane_sum
 from ..kernel.threads import enter_parallel_region, leave_parallel_region, next_chunk
+from ..rules.fast import SUM_COTANGENT_FORM, kernel_sum_loop
 from .fused_runtime import (_GRADIENT_SOURCE, _add_to, _libm_pow, _nan_safe, _where,
                             exact_sum, nan_safe_product, numpy_sum)
 from .segments import BLOCK, SegmentSource, find_segments
@@ -156,7 +155,8 @@ class _Writer:
             k += 1
 
     def fusion(self):
-        # Parameters: the scalar leaves, the array leaves and constants the loops take
+        # Parameters: the number of threads the parts on threads may use (1: this one),
+        # the scalar leaves, the array leaves and constants the loops take
         # as they are, the operands computed per call, then per array leaf with stored
         # gradients its cotangent's buffer (the one the backward pass meets first: its
         # last), and per size one 2-d block whose rows are the other buffers.
