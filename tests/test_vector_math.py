@@ -8,7 +8,6 @@ from math import exp as imported_exp
 import numba
 import numpy as np
 import pytest
-from asm import loop_asm
 from ulp import ulp_errors
 
 import dualbcast as db
@@ -25,12 +24,11 @@ def _called(kernel):
     asm = "\n".join(loop.inspect_asm(sig) for loop in kernel._loops.values()
                     for sig in loop.signatures)
     symbols = set(REFERENCED.findall(asm))
-    # The loop over chunks calls each chunk (its code is in this assembly too), and
     # lane_sum adds up a chunk once its loop is done (one call per 4096 elements,
-    # compiled once per installation and cached): not calls inside the element loop.
+    # compiled once per installation and cached): not a call inside the element loop.
     return {s for s in symbols if s in VECTORISED
             or s.startswith("_ZN") and "NumbaEnv" not in s and "dualbcast_loop_" not in s
-            and "8lane_sum" not in s and "5chunk" not in s}
+            and "8lane_sum" not in s}
 
 
 def _everything(x, y):
@@ -49,17 +47,6 @@ def test_kernel_loops_call_nothing_unless_libm_is_asked_for():
         kernel.sum_and_partials(x, y, wrt=(0, 1))
     assert _called(VECTOR) == set()          # kernel, rules and math all inlined
     assert set(VECTORISED) - {"sin", "cos"} <= _called(LIBM)    # sin/cos may be sincos
-
-
-def test_the_loop_over_chunks_calls_each_chunk_apart():
-    # Inlined, the chunk's element loop re-materialises the vector math's constants in
-    # every iteration (~1.3x slower): the loop over chunks must call it.  (A small kernel:
-    # the one LLVM would be likeliest to inline.)
-    kernel = db.fast_broadcast(lambda x: math.exp(-3.0 * (x + 1.0)))
-    kernel.sum_and_partials(np.linspace(-2, 2, 64))
-    for loop in kernel._loops.values():
-        for sig in loop.signatures:
-            assert re.search(r"(call\w*|movabsq)\s+\$?_ZN\w*5chunk", loop_asm(loop, sig))
 
 
 def _kernels(name):
