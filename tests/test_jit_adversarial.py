@@ -46,8 +46,15 @@ KERNELS = {"kexp": kexp, "kbranch": kbranch}
 
 
 def _bits(value):
-    """The exact bits of an array or NumPy scalar (so -0.0 != 0.0, a nan's sign counts)."""
-    return np.ascontiguousarray(value).reshape(-1).view(np.uint8).tobytes()
+    """The exact bits of an array or NumPy scalar (so -0.0 != 0.0), every NaN as one:
+    a NaN's sign and payload are not part of the contract -- IEEE 754 leaves them
+    unspecified, and where two NaNs meet, which one a product carries depends on the
+    machine code's operand order (NumPy's own SIMD and scalar loops differ; a jitted
+    Hessian-vector product of max(x) over a NaN gave -nan where eager gave nan)."""
+    value = np.array(value, copy=True).reshape(-1)
+    if value.dtype.kind in "fc":
+        value[np.isnan(value)] = np.nan
+    return value.view(np.uint8).tobytes()
 
 
 def assert_same(eager, jitted, path="result"):

@@ -21,7 +21,7 @@ import dualbcast as db
 from profiles import examples
 from replays import staged_counts
 from test_higher_order import PROGRAMS, eam as eam_program, pair, rho
-from test_jit_adversarial import ARRAY_OPS, array_program, assert_same, call_sequences
+from test_jit_adversarial import ARRAY_OPS, _bits, array_program, assert_same, call_sequences
 
 RNG = np.random.default_rng(11)
 
@@ -32,10 +32,6 @@ def eam(x):
 
 def _hvp(f):
     return lambda x, v: db.jvp(db.grad(f), (x,), (v,))[1]
-
-
-def _bits(value):
-    return np.ascontiguousarray(value).view(np.uint8).tobytes()
 
 
 # ------------------------------------------------------------------ second order under jit
@@ -347,3 +343,27 @@ def test_a_program_too_long_to_generate_is_interpreted_with_the_same_bits():
         x = RNG.standard_normal(3)
         assert _bits(np.float64(jitted(x))) == _bits(np.float64(f(x)))
     assert staged_counts(jitted) == (1, 2)
+
+
+def _hvp_of(f):
+    def hvp(x, a):
+        v = np.cos(np.arange(np.size(x), dtype=np.result_type(x))).reshape(np.shape(x))
+        return db.jvp(db.grad(f), (x, a), (v, 1.0))[1]
+    return hvp
+
+
+def test_a_python_float_tangent_stays_weak_in_a_staged_program():
+    # (found by the random hvp programs: staged, the tangent 1.0 of a Python float was
+    # an np.float64, and x32 - a's tangent became float64)
+    hvp = _hvp_of(array_program((("pow", 2), ("branch", 0.0)), "square"))
+    x = np.array(0.0, dtype=np.float32)
+    _same_outcomes(hvp, db.jit(hvp), [(x, 0.0)] * 3)
+
+
+def test_a_nan_input_gives_nans_in_the_same_places():
+    # (found by the random hvp programs: the max's backward over a NaN meets two NaNs,
+    # and which one a product carries -- its sign -- depends on the machine code)
+    hvp = _hvp_of(array_program((("reduce", "max", None), ("ksum", "kexp", "a"),
+                                 ("kmap", "kexp", "a")), "sum"))
+    calls = [(np.zeros(3), 0.0), (np.zeros(3), 0.0), (np.array([0.0, 0.0, np.nan]), 0.0)]
+    _same_outcomes(hvp, db.jit(hvp), calls)

@@ -199,7 +199,9 @@ def _checked_tangent(primal, tangent):
     dtype = primal.dtype if type(primal) is Box else np.result_type(primal)
     if dtype.kind != "f":
         dtype = np.dtype(np.float64)        # (an int primal is refused when it is traced)
-    if type(primal) is float and np.ndim(tangent) == 0:
+    if kind_of(primal) == "float" and np.ndim(tangent) == 0:
+        # (a Python float's tangent stays one, weak in NumPy's promotion as the float
+        # is -- a traced one too: staged under db.jit, 1.0 - x32 stays float32)
         return float(tangent)
     # (no copy of an array of the right dtype: nothing writes into a tangent)
     return np.asarray(tangent, dtype=dtype) if shape else dtype.type(tangent)
