@@ -2,6 +2,7 @@ import os
 import tempfile
 
 import numpy as np
+import pytest
 from hypothesis import settings
 
 from profiles import examples
@@ -22,3 +23,29 @@ def central_difference(f, args, i, h=1e-6):
     lo[i] = np.asarray(args[i], np.float64) - h
     hi[i] = np.asarray(args[i], np.float64) + h
     return (f(*hi) - f(*lo)) / (2 * h)
+
+
+@pytest.fixture
+def fuse_at_once(monkeypatch):
+    """db.jit records at the first call, generates at the first replay, fuses at the
+    next (jit's own policy, set for the fusion tests so that they say what they rely
+    on)."""
+    from dualbcast.jit import program as replay    # (after the cache is set, above)
+    monkeypatch.setattr(replay.Program, "GENERATE_AFTER", 1)
+    monkeypatch.setattr(replay.Program, "FUSE_AFTER", 1)
+
+
+@pytest.fixture
+def fused_runs(monkeypatch):
+    """How many calls the fused functions answered."""
+    from dualbcast.jit import program as replay
+    count = []
+    real = replay.Program.run_fused
+
+    def counted(program, values):
+        result = real(program, values)
+        if result is not None:
+            count.append(1)
+        return result
+    monkeypatch.setattr(replay.Program, "run_fused", counted)
+    return count

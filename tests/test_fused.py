@@ -20,27 +20,9 @@ from replays import programs_of
 RNG = np.random.default_rng(11)
 
 
-@pytest.fixture(autouse=True)
-def fuse_at_once(monkeypatch):
-    """Record at the first call, generate at the first replay, fuse at the next (jit's
-    own policy: set here so that the tests say what they rely on)."""
-    monkeypatch.setattr(replay.Program, "GENERATE_AFTER", 1)
-    monkeypatch.setattr(replay.Program, "FUSE_AFTER", 1)
-
-
-@pytest.fixture
-def fused_runs(monkeypatch):
-    """How many calls the fused functions answered."""
-    count = []
-    real = replay.Program.run_fused
-
-    def counted(program, values):
-        result = real(program, values)
-        if result is not None:
-            count.append(1)
-        return result
-    monkeypatch.setattr(replay.Program, "run_fused", counted)
-    return count
+# Record at the first call, generate at the first replay, fuse at the next (jit's own
+# policy, set by conftest.fuse_at_once so that the tests say what they rely on).
+pytestmark = pytest.mark.usefixtures("fuse_at_once")
 
 
 @db.fast_broadcast

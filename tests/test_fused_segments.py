@@ -12,33 +12,14 @@ import pytest
 from hypothesis import given, strategies as st
 
 import dualbcast as db
-from dualbcast.jit import program as replay
 from dualbcast.jit.fused_runtime import numpy_sum
 from dualbcast.jit.segments import BLOCK
 from dualbcast.kernel.products import CHUNK
-from replays import programs_of
+from test_fused import _agree, _program, _same
+
+pytestmark = pytest.mark.usefixtures("fuse_at_once")
 
 RNG = np.random.default_rng(23)
-
-
-@pytest.fixture(autouse=True)
-def fuse_at_once(monkeypatch):
-    monkeypatch.setattr(replay.Program, "GENERATE_AFTER", 1)
-    monkeypatch.setattr(replay.Program, "FUSE_AFTER", 1)
-
-
-@pytest.fixture
-def fused_runs(monkeypatch):
-    count = []
-    real = replay.Program.run_fused
-
-    def counted(program, values):
-        result = real(program, values)
-        if result is not None:
-            count.append(1)
-        return result
-    monkeypatch.setattr(replay.Program, "run_fused", counted)
-    return count
 
 
 @db.fast_broadcast
@@ -84,30 +65,8 @@ def mixed(x, y, a):
     return p * q + soft.sum(y, a) - p ** 2 * a
 
 
-def _same(got, want):
-    assert type(got) is type(want), (type(got), type(want))
-    if isinstance(want, tuple):
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            _same(g, w)
-    elif isinstance(want, np.ndarray):
-        assert got.dtype == want.dtype and got.shape == want.shape
-        assert got.tobytes() == want.tobytes()
-    else:
-        assert np.array(got).tobytes() == np.array(want).tobytes(), (got, want)
-
-
-def _agree(f, argsets, argnums=0):
-    vg = db.jit(db.value_and_grad(f, argnums))
-    traced = db.value_and_grad(f, argnums)
-    for args in argsets:
-        _same(vg(*args), traced(*args))
-    return vg
-
-
 def _fusion(vg):
-    [entry] = programs_of(vg).entries.values()
-    return entry.program.fusion
+    return _program(vg).fusion
 
 
 @pytest.mark.parametrize("shape", [(2,), (BLOCK + 1,), (CHUNK + 3,), (3, 70)])
