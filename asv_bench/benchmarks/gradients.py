@@ -287,52 +287,35 @@ def qux(system, n=None):
 # --- a chain of ten different kernels, h = k_i(h, a), then sum(h^2) + k_0.sum(x, a) ------
 
 def kernel_chain(system, n):
-    x, a = _inputs(n), 0.7
-    if system in OURS:
-        f = _value_and_grad(system, chain, argnums=(0, 1))
-        return lambda: f(x, a)
-    if system == "jax":
-        jax = _peer("jax")
-        g = jax.jit(jax.value_and_grad(
-            lambda x, a: chain_generic(x, a, jax.numpy, jax.numpy.sum), argnums=(0, 1)))
-        xj = jax.numpy.asarray(x)
-        return lambda: jax.block_until_ready(g(xj, a))
-    if system == "torch":
-        torch = _peer("torch")
-        xt = torch.from_numpy(x)
-
-        def call():
-            xs = xt.detach().requires_grad_(True)
-            at = torch.tensor(a, dtype=torch.float64, requires_grad=True)
-            value = chain_generic(xs, at, torch, torch.sum)
-            value.backward()
-            return value, (xs.grad, at.grad)
-        return call
-    if system == "autograd":
-        autograd = _peer("autograd")
-        anp = importlib.import_module("autograd.numpy")
-        g = autograd.value_and_grad(lambda xa: chain_generic(xa[0], xa[1], anp, anp.sum))
-        return lambda: g((x, a))
-    raise NotImplementedError(system)   # by hand: ten kernels' derivatives, not written
+    return _of_x_and_a(system, n, chain, chain_generic)
 
 
 # --- a 200-vertex computation graph evaluated through a memo dict ---------------------
 
 def kernel_graph(system, n):
-    x, a, graph = _inputs(n), 0.7, make_graph()
-    if system in OURS:
-        f = _value_and_grad(system, lambda x, a: graph_energy(x, a, graph), argnums=(0, 1))
-        return lambda: f(x, a)
-    if system == "jax":
+    graph = make_graph()
+    if system == "jax" and not os.environ.get("DUALBCAST_BENCH_SLOW"):
         # XLA recomputes the chain in each fusion: its compile grows as the square of the
         # vertices (measured: 25, 50, 100, 200 vertices: 1.0, 3.3, 15, 78 s; 2.0, 5.6,
         # 22, 117 ms a call), beyond asv's timeout: run with DUALBCAST_BENCH_SLOW=1.
-        if not os.environ.get("DUALBCAST_BENCH_SLOW"):
-            raise NotImplementedError("JAX's jit of the 200-vertex graph compiles for ~80 s: "
-                                      "set DUALBCAST_BENCH_SLOW=1 to time it")
+        raise NotImplementedError("JAX's jit of the 200-vertex graph compiles for ~80 s: "
+                                  "set DUALBCAST_BENCH_SLOW=1 to time it")
+    return _of_x_and_a(system, n, lambda x, a: graph_energy(x, a, graph),
+                       lambda x, a, m, total: graph_energy(x, a, graph, m, total))
+
+
+def _of_x_and_a(system, n, ours, generic):
+    """The value and gradient of ``f(x, a)`` (x of ``n`` elements, a = 0.7) with
+    respect to both: ``ours`` with dualbcast kernels, ``generic(x, a, m, total)`` with
+    a peer's array namespace ``m`` and its sum.  (No version by hand.)"""
+    x, a = _inputs(n), 0.7
+    if system in OURS:
+        f = _value_and_grad(system, ours, argnums=(0, 1))
+        return lambda: f(x, a)
+    if system == "jax":
         jax = _peer("jax")
         g = jax.jit(jax.value_and_grad(
-            lambda x, a: graph_energy(x, a, graph, jax.numpy, jax.numpy.sum), argnums=(0, 1)))
+            lambda x, a: generic(x, a, jax.numpy, jax.numpy.sum), argnums=(0, 1)))
         xj = jax.numpy.asarray(x)
         return lambda: jax.block_until_ready(g(xj, a))
     if system == "torch":
@@ -342,14 +325,14 @@ def kernel_graph(system, n):
         def call():
             xs = xt.detach().requires_grad_(True)
             at = torch.tensor(a, dtype=torch.float64, requires_grad=True)
-            value = graph_energy(xs, at, graph, torch, torch.sum)
+            value = generic(xs, at, torch, torch.sum)
             value.backward()
             return value, (xs.grad, at.grad)
         return call
     if system == "autograd":
         autograd = _peer("autograd")
         anp = importlib.import_module("autograd.numpy")
-        g = autograd.value_and_grad(lambda xa: graph_energy(xa[0], xa[1], graph, anp, anp.sum))
+        g = autograd.value_and_grad(lambda xa: generic(xa[0], xa[1], anp, anp.sum))
         return lambda: g((x, a))
     raise NotImplementedError(system)   # by hand: not written
 
