@@ -152,14 +152,6 @@ def _block_sum(a, lo, n):
     return total
 
 
-@numba.njit(error_model="numpy", cache=True, forceinline=True)
-def nan_safe_product(g, local):
-    """``g * local``, 0 where a zero factor makes a nan (``products._multiply``'s
-    element)."""
-    p = g * local
-    return 0.0 if ((g == 0.0) | (local == 0.0)) & (p != p) else p
-
-
 # The fused function is straight-line code: one basic block, every name assigned once.
 # Numba's passes before type inference (SSA reconstruction, liveness, dead-code
 # analysis) cost, for each name assigned more than once, a walk over every block, and

@@ -52,10 +52,11 @@ from ..dual import make_dual, partials_of, value_of
 from ..kernel.arguments import read_only_alias
 from ..kernel.cache import load_loop
 from ..kernel.loops import REGISTER, STORE, lane_sum
+from ..kernel.products import nan_safe_product
 from ..kernel.threads import enter_parallel_region, leave_parallel_region, next_chunk
 from ..rules.fast import SUM_COTANGENT_FORM, kernel_sum_loop
 from .fused_runtime import (_GRADIENT_SOURCE, _add_to, _libm_pow, _nan_safe, _where,
-                            exact_sum, nan_safe_product, numpy_sum)
+                            exact_sum, numpy_sum)
 from .segments import BLOCK, SegmentSource, find_segments
 
 _FLOAT64 = np.dtype(np.float64)

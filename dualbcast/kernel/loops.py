@@ -29,12 +29,13 @@ of the loop after the arguments, broadcast like them):
                             products)
 
 Chunks: the outermost loop runs in chunks of ``rows`` iterations, and a loop call does
-the chunks ``lo <= c < hi``, so threads can share a call: in ``parallel_loop``, compiled
-at the first call that splits, each of ``workers`` Numba threads takes the next chunk
-from a queue until none is left (:mod:`.threads`), with a scratch row of its own.  A chunk's values (and register gradients) go
-to a ``scratch`` row of the calling thread and are added up by :func:`lane_sum` into
-``totals`` (one row per chunk), which are added up exactly afterwards: a sum depends on
-the shape only, never on how many threads ran or on how LLVM compiled the loop.
+the chunks ``lo <= c < hi``, so threads can share a call: in ``parallel_loop``,
+compiled at the first call that splits, each of ``workers`` Numba threads takes the
+next chunk from a queue until none is left (:mod:`.threads`), with a scratch row of its
+own.  A chunk's values (and register gradients) go to a ``scratch`` row of the calling
+thread and are added up by :func:`lane_sum` into ``totals`` (one row per chunk), which
+are added up exactly afterwards: a sum depends on the shape only, never on how many
+threads ran or on how LLVM compiled the loop.
 
 One function: the element loops are written inside the loop over chunks.  (A chunk
 used to be a compiled function of its own that ``loop`` called, because inside the
@@ -247,10 +248,11 @@ def loop_source(spec):
 
 def _parallel_driver(params):
     """The source of ``parallel_loop``: the chunks of ``loop`` shared by ``workers``
-    Numba threads through a queue (see :mod:`.threads`).  An exception inside a parallel region would be lost
-    (and a ``try`` there stops Numba from parallelising), so each worker runs
-    ``guarded_loop``, which reports one in ``failed``; the caller then runs the loop
-    again on one thread to raise it.  ``_loop``, ``_guarded``: the compiled functions."""
+    Numba threads through a queue (see :mod:`.threads`).  An exception inside a
+    parallel region would be lost (and a ``try`` there stops Numba from parallelising),
+    so each worker runs ``guarded_loop``, which reports one in ``failed``; the caller
+    then runs the loop again on one thread to raise it.  ``_loop``, ``_guarded``: the
+    compiled functions."""
     args = ", ".join(params)
     operands = params[4:]
     if operands[-1] == "scratch":

@@ -119,12 +119,19 @@ def _workers(size):
 # (Each pass takes its range as slices and loops from 0: with a loop from ``lo``,
 # Numba's negative-index wraparound made LLVM vectorise with gathers, 3x slower.)
 
+@numba.njit(error_model="numpy", cache=True, nogil=True, forceinline=True)
+def nan_safe_product(g, local):
+    """One element of :func:`nan_safe_multiply`: ``g * local``, 0 where a zero factor
+    makes a nan (also what a fused chain of kernels computes per element, so that it
+    gets these bits: dualbcast.jit.segments)."""
+    p = g * local
+    return 0.0 if ((g == 0.0) | (local == 0.0)) & (p != p) else p    # (no branch)
+
+
 @numba.njit(error_model="numpy", cache=True, nogil=True)
 def _multiply(g, local, out):
     for i in range(g.size):
-        gi, li = g[i], local[i]
-        p = gi * li
-        out[i] = 0.0 if ((gi == 0.0) | (li == 0.0)) & (p != p) else p
+        out[i] = nan_safe_product(g[i], local[i])
 
 
 @numba.njit(error_model="numpy", cache=True, nogil=True)
@@ -132,9 +139,7 @@ def _multiply_into(g, local):
     # (out is local: a loop of its own, since LLVM's vector loop checks that the
     # output does not overlap an input, and ran the scalar loop when it did: 3x slower)
     for i in range(g.size):
-        gi, li = g[i], local[i]
-        p = gi * li
-        local[i] = 0.0 if ((gi == 0.0) | (li == 0.0)) & (p != p) else p
+        local[i] = nan_safe_product(g[i], local[i])
 
 
 @numba.njit(parallel=True, error_model="numpy", cache=True, nogil=True)
@@ -175,9 +180,7 @@ def _chunk_dot(g, local, products):
     of kernels under ``dualbcast.jit``) gets these bits by adding them up the same
     way; never dependent on the threads, the call or how LLVM compiled the loop."""
     for i in range(g.size):
-        gi, li = g[i], local[i]
-        p = gi * li
-        products[i] = 0.0 if ((gi == 0.0) | (li == 0.0)) & (p != p) else p    # (no branch)
+        products[i] = nan_safe_product(g[i], local[i])
     return lane_sum(products, g.size)
 
 
