@@ -269,6 +269,17 @@ class FastBroadcast:
             f"Inside grad call the kernel as {instead.format(self.__name__)}: "
             f"grad takes its gradient from the same one loop")
 
+    def bind(self, *args: Any, **kwargs: Any) -> tuple:
+        """The arguments of a call as one positional tuple, bound to the kernel's
+        parameters as Python binds them (keywords and defaults applied); a TypeError
+        names what does not fit.
+
+        >>> import dualbcast as db
+        >>> db.fast_broadcast(lambda x, scale=2.0: scale * x).bind(1.0)
+        (1.0, 2.0)
+        """
+        return self._bind(args, kwargs)
+
     @property
     def specializations(self) -> dict:
         """The compiled loops: ``{LoopSpec: [Numba signatures]}`` (for inspection)."""

@@ -1,0 +1,252 @@
+"""dualbcast kernels as differentiable PyTorch operations (the optional ``[torch]`` extra).
+
+``op = dualbcast.torch.wrap(k)`` makes a ``@fast_broadcast`` kernel a PyTorch function:
+``op(*tensors)`` maps it (NumPy/PyTorch broadcasting) and ``op.sum(*tensors)`` sums the
+map without materialising it.  The forward pass runs the kernel's dual-number loop once
+and gets the value and the partials for exactly the inputs that ``requires_grad``; the
+backward pass is one multiply (and a reduction for broadcast inputs).  That replaces the
+chain of PyTorch operations, one saved tensor per operation, of the same function
+written with ``torch`` ops.
+
+Second order (``create_graph=True``, double backward, ``torch.autograd.gradgradcheck``)
+comes from the kernel's second-order loop (nested duals); a third derivative raises a
+RuntimeError saying so.
+
+Tensors must live on the CPU and be float32 or float64 (integer and bool tensors are
+constants); the kernel reads them in place, without a copy.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+try:
+    import torch
+except ImportError as err:          # pragma: no cover (the extra is installed in CI)
+    raise ImportError('dualbcast.torch needs PyTorch: pip install "dualbcast[torch]"') from err
+
+from .kernel import FastBroadcast
+
+__all__ = ["wrap", "TorchOp"]
+
+_FLOATS = (torch.float32, torch.float64)
+_CONSTANTS = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def wrap(kernel: FastBroadcast) -> "TorchOp":
+    """The kernel as a differentiable PyTorch operation: ``op(*args)`` maps it and
+    ``op.sum(*args)`` sums the map; arguments are CPU tensors or Python numbers.
+
+    >>> import math, torch, dualbcast as db, dualbcast.torch
+    >>> @db.fast_broadcast
+    ... def softplus(x, beta):
+    ...     return math.log1p(math.exp(beta * x)) / beta
+    >>> op = dualbcast.torch.wrap(softplus)
+    >>> x = torch.tensor([-1.0, 0.0, 2.0], dtype=torch.float64, requires_grad=True)
+    >>> op.sum(x, 2.0).backward()
+    >>> torch.allclose(x.grad, torch.sigmoid(2.0 * x.detach()))
+    True
+    """
+    if not isinstance(kernel, FastBroadcast):
+        raise TypeError(f"dualbcast.torch.wrap takes a @fast_broadcast kernel, not "
+                        f"{type(kernel).__name__}")
+    return TorchOp(kernel)
+
+
+class TorchOp:
+    """A kernel as a PyTorch operation (see :func:`wrap`)."""
+
+    def __init__(self, kernel: FastBroadcast):
+        self.kernel = kernel
+        self.__name__ = kernel.__name__
+        self.__doc__ = kernel.__doc__
+
+    def __repr__(self):
+        return f"<dualbcast.torch op {self.__name__}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> "torch.Tensor":
+        """The kernel elementwise, at the broadcast shape of the arguments."""
+        return _First.apply(_Mode(self.kernel, "map"), *_checked(self.kernel, args, kwargs))
+
+    def sum(self, *args: Any, **kwargs: Any) -> "torch.Tensor":
+        """The sum of the map, a 0-d tensor, in one loop (the map is never stored)."""
+        return _First.apply(_Mode(self.kernel, "sum"), *_checked(self.kernel, args, kwargs))
+
+
+class _Mode:
+    """A kernel and what the operation returns: the map, or its sum."""
+
+    def __init__(self, kernel, name):
+        self.kernel, self.name = kernel, name
+
+    def value(self, arrays):
+        return self.kernel(*arrays) if self.name == "map" else self.kernel.sum(*arrays)
+
+    def value_and_partials(self, arrays, wrt):
+        """The value and the partials for ``wrt``: at the broadcast shape for the map,
+        summed to each argument's own shape for the sum."""
+        if self.name == "map":
+            return self.kernel.value_and_partials(*arrays, wrt=wrt)
+        return self.kernel.sum_and_partials(*arrays, wrt=wrt)
+
+    def second_order(self, arrays, wrt, tangents):
+        """sum_i d2k/(dx_j dx_i) t_i for each j in ``wrt`` (the partials' tangents; for
+        the sum, each reduced to argument j's shape), from one second-order loop."""
+        if self.name == "map":
+            return self.kernel.value_and_partials(*arrays, wrt=wrt, tangents=tangents)[3]
+        return self.kernel.sum_and_partials(*arrays, wrt=wrt, tangents=tangents)[3]
+
+
+def _checked(kernel, args, kwargs):
+    """The arguments bound to the kernel's parameters (keywords and defaults applied),
+    each CPU tensor checked (device, layout, dtype) before any work."""
+    args = kernel.bind(*args, **kwargs)
+    for position, arg in enumerate(args):
+        if not isinstance(arg, torch.Tensor):
+            if isinstance(arg, (np.ndarray, np.generic)) or not isinstance(arg, (int, float, bool)):
+                raise TypeError(f"{kernel.__name__}: argument {position} is a "
+                                f"{type(arg).__name__}; dualbcast.torch operations take "
+                                f"tensors and Python numbers")
+            continue
+        where = f"{kernel.__name__}: argument {position}"
+        if arg.device.type != "cpu":
+            raise ValueError(f"{where} is on device {arg.device}; dualbcast kernels run on "
+                             f"the CPU: move it there with .cpu()")
+        if arg.layout != torch.strided:
+            raise TypeError(f"{where} has layout {arg.layout}; only dense tensors are "
+                            f"supported (use .to_dense())")
+        if arg.dtype.is_complex:
+            raise TypeError(f"{where} has complex dtype {arg.dtype}; kernels take real "
+                            f"numbers")
+        if arg.dtype not in _FLOATS + _CONSTANTS:
+            raise TypeError(f"{where} has dtype {arg.dtype}; dualbcast.torch takes float32 "
+                            f"and float64 tensors (integer and bool tensors as constants)")
+    return args
+
+
+def _arrays(inputs):
+    """The inputs as the kernel reads them: tensors as NumPy views of their memory."""
+    return tuple(x.detach().resolve_conj().resolve_neg().numpy()
+                 if isinstance(x, torch.Tensor) else x for x in inputs)
+
+
+def _tensor(value):
+    return torch.from_numpy(np.asarray(value))
+
+
+def _needed(ctx, skip):
+    """Positions of the kernel's arguments whose gradient PyTorch asks for
+    (``needs_input_grad`` also lists the ``skip`` leading non-tensor arguments)."""
+    return tuple(i for i, need in enumerate(ctx.needs_input_grad[skip:]) if need)
+
+
+def _sum_to(gradient, shape):
+    """``gradient`` (at the broadcast shape) summed over the dimensions along which an
+    argument of ``shape`` was broadcast."""
+    if gradient.shape == shape:
+        return gradient
+    lead = gradient.ndim - len(shape)
+    if lead:
+        gradient = gradient.sum(dim=tuple(range(lead)))
+    dims = tuple(d for d, n in enumerate(shape) if n == 1 and gradient.shape[d] != 1)
+    return gradient.sum(dim=dims, keepdim=True) if dims else gradient
+
+
+def _gradients(mode, inputs, wrt, cotangent, partials):
+    """Each input's gradient (None where not asked for): the cotangent times its
+    partials, summed to the input's shape, in the input's dtype."""
+    grads = [None] * len(inputs)
+    for i, partial in zip(wrt, partials):
+        shape = inputs[i].shape
+        grad = cotangent * partial
+        if mode.name == "map":
+            grad = _sum_to(grad, shape)
+        grads[i] = grad.to(inputs[i].dtype)
+    return grads
+
+
+class _First(torch.autograd.Function):
+    """The kernel's map or sum; its backward pass multiplies by the partials the
+    forward pass computed in the same loop as the value."""
+
+    @staticmethod
+    def forward(ctx, mode, *inputs):
+        wrt = _needed(ctx, 1)
+        arrays = _arrays(inputs)
+        ctx.mode, ctx.wrt = mode, wrt
+        if not wrt:
+            return _tensor(mode.value(arrays))
+        value, partials = mode.value_and_partials(arrays, wrt)
+        ctx.partials = tuple(_tensor(p) for p in partials)
+        ctx.save_for_backward(*(x if isinstance(x, torch.Tensor) else None for x in inputs))
+        ctx.numbers = inputs
+        return _tensor(value)
+
+    @staticmethod
+    def backward(ctx, cotangent):
+        inputs = _inputs(ctx)
+        if torch.is_grad_enabled():
+            # create_graph=True: the partials as a differentiable function of the inputs
+            # (its own backward pass is the kernel's second-order loop).
+            partials = _Partials.apply(ctx.mode, ctx.wrt, *inputs)
+        else:
+            partials = ctx.partials
+        return (None, *_gradients(ctx.mode, inputs, ctx.wrt, cotangent, partials))
+
+
+def _inputs(ctx):
+    """The forward pass's inputs: saved tensors where they were tensors, else the numbers."""
+    return tuple(saved if saved is not None else number
+                 for saved, number in zip(ctx.saved_tensors, ctx.numbers))
+
+
+class _Partials(torch.autograd.Function):
+    """The partials of the kernel (the map's, or the sum's gradients) for ``wrt``, as a
+    function of the inputs: only built for double backward."""
+
+    @staticmethod
+    def forward(ctx, mode, wrt, *inputs):
+        ctx.mode, ctx.wrt = mode, wrt
+        ctx.save_for_backward(*(x if isinstance(x, torch.Tensor) else None for x in inputs))
+        ctx.numbers = inputs
+        partials = mode.value_and_partials(_arrays(inputs), wrt)[1]
+        return tuple(_tensor(p) for p in partials)
+
+    @staticmethod
+    def backward(ctx, *cotangents):
+        inputs = _inputs(ctx)
+        needed = _needed(ctx, 2)
+        tangents = {i: _arrays((ct,))[0] for i, ct in zip(ctx.wrt, cotangents)
+                    if ct is not None}
+        grads = [None] * len(inputs)
+        if not (needed and tangents):
+            return (None, None, *grads)
+        # By the symmetry of second derivatives, sum_i ct_i d2k/(dx_i dx_j) is the
+        # tangent of partial j along the cotangents: one loop for every j.
+        terms = ctx.mode.second_order(_arrays(inputs), needed, tangents)
+        # With create_graph=True these must not pass for constants (a third derivative
+        # would silently miss their terms): they carry a backward pass that refuses.
+        live = tuple(x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad)
+        refuse = torch.is_grad_enabled() and live
+        for j, term in zip(needed, terms):
+            grad = _Refused.apply(ctx.mode, term, *live) if refuse else _tensor(term)
+            if ctx.mode.name == "map":
+                grad = _sum_to(grad, inputs[j].shape)
+            grads[j] = grad.to(inputs[j].dtype)
+        return (None, None, *grads)
+
+
+class _Refused(torch.autograd.Function):
+    """A second derivative, which cannot be differentiated again."""
+
+    @staticmethod
+    def forward(ctx, mode, term, *inputs):
+        ctx.name = mode.kernel.__name__
+        return _tensor(term)
+
+    @staticmethod
+    def backward(ctx, cotangent):
+        raise RuntimeError(f"dualbcast.torch: {ctx.name} has derivatives up to second "
+                           f"order (its kernel's nested duals); a third derivative was "
+                           f"asked for")
