@@ -106,6 +106,6 @@ def test_array_likes_are_converted_and_other_array_libraries_named():
 
     plan = plan_call("k", (OnlyArray(), 1.0))
     assert plan.shape == (3,)
-    with pytest.raises(TypeError, match=r"k: argument 1 is a .*Library; kernels take NumPy "
+    with pytest.raises(TypeError, match=r"k: argument 1 is a .*Library; kernels take NumPy and Dask "
                                         r"arrays.*np.asarray"):
         plan_call("k", (1.0, Library()))

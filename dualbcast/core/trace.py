@@ -7,6 +7,7 @@ import threading
 import numpy as np
 
 from ..buffers import refuse_overlapping_out
+from ..foreign import is_dask_array
 from ..positions import argument_positions
 from .box import Box, as_kind, kind_of, snapshot
 from .pytree import LEAF, describe, flatten, flatten_like, unflatten
@@ -180,6 +181,11 @@ def _checked_leaf(leaf, position):
     would compute), or an error saying why it cannot be."""
     if type(leaf) is Box:
         return leaf                 # traced by an enclosing trace: a nested derivative
+    if is_dask_array(leaf):
+        raise TypeError(f"cannot differentiate with respect to argument {position}: it is a "
+                        f"Dask array, which grad/value_and_grad/vjp/jvp do not trace yet; "
+                        f"a kernel's k.sum_and_partials takes Dask arrays (lazy, block by "
+                        f"block), or differentiate a NumPy array (x.compute())")
     if not isinstance(leaf, (float, np.floating, np.ndarray)) or isinstance(leaf, np.ndarray) \
             and leaf.dtype.kind != "f":
         dtype = getattr(leaf, "dtype", type(leaf).__name__)

@@ -106,8 +106,9 @@ def _as_numeric(kernel_name, position, value):
         # could compute or copy it all; the caller decides.
         kind = type(value)
         raise TypeError(f"{kernel_name}: argument {position} is a {kind.__module__}."
-                        f"{kind.__qualname__}; kernels take NumPy arrays and scalars "
-                        f"(convert it with np.asarray, or .compute() for Dask)")
+                        f"{kind.__qualname__}; kernels take NumPy and Dask arrays and "
+                        f"scalars (convert it with np.asarray; for PyTorch and JAX see "
+                        f"dualbcast.torch and dualbcast.jax)")
     else:
         try:
             arr = np.asarray(value)

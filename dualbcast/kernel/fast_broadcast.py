@@ -5,6 +5,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import sys
 from typing import Any, Callable, Sequence, Union
 
 import numba
@@ -15,6 +16,7 @@ from numba.extending import typeof_impl
 
 from ..dual import DualType
 from ..vmath import with_vector_math
+from ..foreign import is_dask_array
 from .arguments import plan_call, signature_key
 from .cache import kernel_fingerprint
 from .dependencies import Dependencies, FrozenDependencyChanged, refresh_helper
@@ -119,6 +121,18 @@ class FastBroadcast:
 
     def __repr__(self):
         return f"<fast_broadcast kernel {self.__name__}>"
+
+    def __reduce__(self):
+        # Pickled (for a Dask worker, say) by name when its module holds it there, else
+        # by its Python function and options (cloudpickle takes a closure's values):
+        # compiled afresh where it lands, or loaded from the on-disk compile cache.
+        module = sys.modules.get(self.__module__)
+        found = module
+        for part in self.__qualname__.split("."):
+            found = getattr(found, part, None)
+        if found is self:
+            return self.__qualname__
+        return (_unpickled, (self.py_func, self._jit_options["fastmath"], self.libm))
 
     # ------------------------------------------------------------------ public API
 
@@ -280,6 +294,22 @@ class FastBroadcast:
         """
         return self._bind(args, kwargs)
 
+    def result_dtype(self, *args: Any, wrt: Wrt | None = None, **kwargs: Any) -> np.dtype:
+        """The dtype a call with ``args`` computes in (NumPy arrays, NumPy and Python
+        scalars), and every error such a call would raise for their types, shapes and
+        ``wrt``, without compiling or running anything: what an adapter checks before it
+        builds lazy work (Dask, JAX) from stand-ins of its arrays.
+
+        >>> import numpy as np, dualbcast as db
+        >>> db.fast_broadcast(lambda x, n: x * n).result_dtype(np.ones(2, np.float32), 3)
+        dtype('float32')
+        """
+        args = self._bind(args, kwargs)
+        plan = plan_call(self.__name__, args)
+        if wrt is not None:
+            self._active(wrt, plan)
+        return plan.dtype
+
     @property
     def specializations(self) -> dict:
         """The compiled loops: ``{LoopSpec: [Numba signatures]}`` (for inspection)."""
@@ -318,6 +348,9 @@ class FastBroadcast:
         return call
 
     def _make_prepared(self, mode, args, wrt):
+        if any(is_dask_array(arg) for arg in args):
+            from .. import dask as blockwise        # (the optional [dask] extra)
+            return blockwise.BlockwiseCall(self, mode, args, wrt)
         if mode in TANGENT_MODES:
             return TangentCall(self, mode, args, wrt)
         plan = plan_call(self.__name__, args)
@@ -388,6 +421,10 @@ class FastBroadcast:
 
 
 _UNCACHEABLE = object()
+
+
+def _unpickled(py_func, fastmath, libm):
+    return FastBroadcast(py_func, fastmath=fastmath, libm=libm)
 
 
 def _wrt_key(wrt):
