@@ -1,0 +1,132 @@
+"""The EAM energy and its gradient over 10^8 pair distances in chunks, on a
+distributed.LocalCluster of two worker processes (issue 17), beside the same kernel
+call on an in-memory NumPy array.  The density's decay ``beta`` is the parameter
+differentiated (fitting a potential to a data set larger than memory): per block one
+loop gives the block's density sum and its derivative, Dask adds them up by a tree, and
+the energy's chain rule runs on the two totals.  Skipped when Dask is not installed."""
+import importlib
+import math
+
+import numpy as np
+
+import dualbcast as db
+
+from .bench_kernels import best_in_turns
+
+N = 10 ** 8
+CHUNK = 10 ** 7          # 80 MB a chunk
+
+
+@db.fast_broadcast
+def rho(r, beta):
+    return math.exp(-beta * (r + 1.0))
+
+
+def embed(p):
+    return p ** 2 + p ** 3 + 0.25 * p ** 4
+
+
+def embed_slope(p):
+    return 2.0 * p + 3.0 * p ** 2 + p ** 3
+
+
+def energy_and_gradient(r, beta=3.0):
+    """E(beta) = F(sum rho(r, beta)) and dE/dbeta: lazy Dask scalars when ``r`` is a
+    Dask array, NumPy scalars for a NumPy array (the same code)."""
+    p, dp = rho.sum_and_partials(r, beta, wrt=1)
+    return embed(p), embed_slope(p) * dp
+
+
+def _status(field):
+    """A memory figure of this process from /proc/self/status, in bytes."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise NotImplementedError(f"no {field} in /proc/self/status")
+
+
+def _reset_peak_memory():
+    """Resets this process's peak resident size (Linux: clear_refs 5); its resident
+    size now."""
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+    return _status("VmRSS")
+
+
+def _peak_memory():
+    return _status("VmHWM")
+
+
+def _cluster():
+    try:
+        dask = importlib.import_module("dask")
+        da = importlib.import_module("dask.array")
+        distributed = importlib.import_module("distributed")
+    except ImportError:
+        raise NotImplementedError("dask[array] and distributed are not installed") from None
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=None)
+    client = distributed.Client(cluster)
+    # Generated on the workers chunk by chunk: no process ever holds all of it.
+    lazy = da.random.default_rng(0).uniform(-0.5, 1.0, N, chunks=CHUNK)
+    return dask, distributed, cluster, client, lazy
+
+
+class DaskEam:
+    timeout = 600
+    params = ([N],)
+    param_names = ["n"]
+
+    def setup(self, n):
+        self.dask, distributed, self.cluster, self.client, lazy = _cluster()
+        self.persisted = self.client.persist(lazy)
+        distributed.wait(self.persisted)
+        self.in_memory = self.persisted.compute()
+        self.dask_call = lambda: self.dask.compute(*energy_and_gradient(self.persisted))
+        self.numpy_call = lambda: energy_and_gradient(self.in_memory)
+        got, expected = self.dask_call(), self.numpy_call()
+        assert np.allclose(got, expected, rtol=1e-9), (got, expected)
+
+    def teardown(self, n):
+        self.client.close()
+        self.cluster.close()
+
+    def time_dask_local_cluster(self, n):
+        self.dask_call()
+
+    def time_in_memory(self, n):
+        self.numpy_call()
+
+    def track_dask_over_in_memory(self, n):
+        """Dask on two worker processes (one thread each) over the in-memory call (two
+        threads), timed in turns."""
+        ours, in_memory = best_in_turns(self.dask_call, self.numpy_call, rounds=3)
+        return ours / in_memory
+
+    track_dask_over_in_memory.unit = "ratio"
+
+
+class DaskEamMemory:
+    """How far a worker's memory grows while it computes the energy and gradient of
+    data generated chunk by chunk (10 chunks of 80 MB over two workers)."""
+    timeout = 600
+    params = ([N],)
+    param_names = ["n"]
+
+    def setup(self, n):
+        self.dask, _, self.cluster, self.client, self.lazy = _cluster()
+        warm = self.lazy[: 4 * 10 ** 4].rechunk(10 ** 4)      # loops compiled on each worker
+        self.dask.compute(*energy_and_gradient(warm))
+
+    def teardown(self, n):
+        self.client.close()
+        self.cluster.close()
+
+    def track_worker_peak_growth_in_chunks(self, n):
+        before = self.client.run(_reset_peak_memory)
+        self.dask.compute(*energy_and_gradient(self.lazy))
+        after = self.client.run(_peak_memory)
+        return max(after[w] - before[w] for w in after) / (CHUNK * 8)
+
+    track_worker_peak_growth_in_chunks.unit = "chunks"
