@@ -476,3 +476,27 @@ def test_strided_1d_arguments_give_the_contiguous_bits_in_every_mode(n):
                                                                tangents={0: x[::-1]})):
             got, want = call(view), call(copy)
             assert pickle.dumps(got) == pickle.dumps(want)
+
+
+def test_result_dtype_is_the_calls_dtype_and_checks_without_running():
+    """result_dtype (what the adapters check before building lazy work) gives the dtype
+    a call computes in and raises what the call would, without allocating: a float16
+    stand-in of 10^7 elements is not converted."""
+    import tracemalloc
+
+    k = db.fast_broadcast(lambda x, n: x * n)
+    combos = [(np.float16, np.int64), (np.float16, np.int8), (np.float16, np.float64),
+              (np.float32, np.int64), (np.float32, np.float32), (np.int32, np.int8)]
+    for a, b in combos:
+        x, n = np.ones(3, a), np.ones(3, b)
+        assert k.result_dtype(x, n) == k(x, n).dtype
+    tracemalloc.start()
+    try:
+        k.result_dtype(np.broadcast_to(np.float16(0.0), (10 ** 7,)), 2.0)
+        assert tracemalloc.get_traced_memory()[1] < 10 ** 5
+    finally:
+        tracemalloc.stop()
+    with pytest.raises(TypeError, match="argument 1 of dtype int64"):
+        k.result_dtype(np.ones(3), np.ones(3, np.int64), wrt=(0, 1))
+    with pytest.raises(ValueError, match="could not be broadcast"):
+        k.result_dtype(np.ones(3), np.ones(4))

@@ -19,9 +19,11 @@ RNG = np.random.default_rng(152)
 
 @pytest.fixture(scope="module")
 def jax():
+    """JAX in float64 for this module only (set globally, x64 would leak into every
+    module after it)."""
     jax = pytest.importorskip("jax")
-    jax.config.update("jax_enable_x64", True)
-    return jax
+    with jax.enable_x64(True):
+        yield jax
 
 
 @pytest.fixture(autouse=True)

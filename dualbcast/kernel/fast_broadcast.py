@@ -305,6 +305,10 @@ class FastBroadcast:
         dtype('float32')
         """
         args = self._bind(args, kwargs)
+        # (float16 computes in float32, and promotes as float32 does: a float32 stand-in,
+        # lest planning convert a large broadcast stand-in to float32 for a loop)
+        args = tuple(np.broadcast_to(np.float32(0.0), a.shape) if type(a) is np.ndarray
+                     and a.dtype == np.float16 else a for a in args)
         plan = plan_call(self.__name__, args)
         if wrt is not None:
             self._active(wrt, plan)
