@@ -189,3 +189,26 @@ def test_kernels_reading_unfingerprintable_values_are_compiled_without_the_cache
         assert os.listdir(tmp_path) == []
     finally:
         db.config.cache_dir = saved
+
+
+def test_a_kernel_whose_module_cannot_be_found_is_not_cached(tmp_path):
+    """Code made by exec (or a module loaded under a name of its own, as asv's are):
+    Numba names its module "<dynamic>", which another process cannot import, so its
+    loops are not cached on disk; a second process compiles them again and runs."""
+    code = textwrap.dedent('''
+        import json, math, numpy as np, dualbcast as db
+        namespace = {"math": math, "__name__": "made_by_exec"}
+        exec("def rho(r):\\n    return math.exp(-3.0 * (r + 1.0))\\n", namespace)
+        rho = db.fast_broadcast(namespace["rho"])
+        total, grad = rho.sum_and_partials(np.linspace(0.0, 1.0, 10 ** 6), wrt=0)
+        loops = list(rho._loops.values())
+        print(json.dumps({"total": float(total),
+                          "hits": sum(sum(l.stats.cache_hits.values()) for l in loops)}))
+    ''')
+    env = dict(os.environ, DUALBCAST_CACHE_DIR=str(tmp_path / "cache"))
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    for done in runs:
+        assert done.returncode == 0, done.stderr
+    results = [json.loads(done.stdout.strip().splitlines()[-1]) for done in runs]
+    assert results[0] == results[1] and results[1]["hits"] == 0

@@ -113,6 +113,11 @@ def test_kernels_pickle_by_name_or_by_function():
     shifted = db.fast_broadcast(lambda x: x + offset)
     copy = cloudpickle.loads(cloudpickle.dumps(shifted))
     assert copy is not shifted and copy(1.0) == 3.0
+    # a script's kernel: its __main__ is not a worker's, so it goes by value
+    script = {"__name__": "__main__", "db": db}
+    exec("@db.fast_broadcast\ndef doubled(x):\n    return 2.0 * x\n", script)
+    assert script["doubled"].__reduce__()[0].__name__ == "_unpickled"
+    assert cloudpickle.loads(cloudpickle.dumps(script["doubled"]))(1.5) == 3.0
 
 
 def test_sum_and_partials_is_one_pass_over_each_block():

@@ -105,7 +105,10 @@ class FastBroadcast:
             refresh_helper(helper)
         fingerprint = kernel_fingerprint(dependencies, {**self._jit_options, "libm": self.libm})
         self._cache_key = None
-        if fingerprint is not None:
+        # Not cached on disk when its module cannot be found (code made by exec, a module
+        # loaded under a name of its own as asv does): Numba's compiled code then names
+        # the module "<dynamic>", which a process loading it cannot import.
+        if fingerprint is not None and inspect.getmodule(self.py_func) is not None:
             name = f"{self.py_func.__module__}.{self.py_func.__qualname__}"
             name = "".join(c if c.isalnum() or c in "._" else "_" for c in name)
             self._cache_key = f"{name[:80]}-{fingerprint}"
@@ -123,11 +126,11 @@ class FastBroadcast:
         return f"<fast_broadcast kernel {self.__name__}>"
 
     def __reduce__(self):
-        # Pickled (for a Dask worker, say) by name when its module holds it there, else
-        # by its Python function and options (cloudpickle takes a closure's values):
-        # compiled afresh where it lands, or loaded from the on-disk compile cache.
-        module = sys.modules.get(self.__module__)
-        found = module
+        # Pickled (for a Dask worker, say) by name when an importable module holds it
+        # there, else by its Python function and options (cloudpickle takes a closure's
+        # or a script's function by value): compiled afresh where it lands, or loaded
+        # from the on-disk compile cache.  (A script's __main__ is not the worker's.)
+        found = sys.modules.get(self.__module__) if self.__module__ != "__main__" else None
         for part in self.__qualname__.split("."):
             found = getattr(found, part, None)
         if found is self:
