@@ -19,8 +19,6 @@ agree to rounding, not bit for bit.
 from __future__ import annotations
 
 import math
-import operator
-from typing import Any
 
 import numpy as np
 
