@@ -177,3 +177,30 @@ def test_bad_input_is_refused_before_any_work(call, error, message):
     x = da.from_array(_data((100,)), chunks=10)
     with pytest.raises(error, match=message):
         call(x)
+
+
+def test_a_kernel_pickled_by_name_must_read_the_same_where_it_lands(tmp_path):
+    """By name, a kernel is the module's where it is unpickled: if a global it reads was
+    rebound where it was pickled, unpickling says so instead of computing with the
+    module's own value (a worker would import the module afresh)."""
+    import subprocess
+    import sys
+    (tmp_path / "scaled_kernels.py").write_text(
+        "import dualbcast as db\nSCALE = 2.0\n\n@db.fast_broadcast\n"
+        "def scaled(x):\n    return SCALE * x\n")
+    load = ("import pickle, sys\nk = pickle.loads(sys.stdin.buffer.read())\n"
+            "print(float(k.sum([1.0, 2.0])))\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import scaled_kernels
+        as_is = pickle.dumps(scaled_kernels.scaled)
+        scaled_kernels.SCALE = 3.0
+        rebound = pickle.dumps(scaled_kernels.scaled)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("scaled_kernels", None)
+    runs = [subprocess.run([sys.executable, "-c", load], input=data, capture_output=True,
+                           cwd=tmp_path, timeout=300) for data in (as_is, rebound)]
+    assert runs[0].returncode == 0 and runs[0].stdout.decode().strip() == "6.0"
+    assert runs[1].returncode != 0
+    assert b"does not read what it read where it was pickled" in runs[1].stderr

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import inspect
 import math
 import sys
@@ -127,14 +128,18 @@ class FastBroadcast:
 
     def __reduce__(self):
         # Pickled (for a Dask worker, say) by name when an importable module holds it
-        # there, else by its Python function and options (cloudpickle takes a closure's
-        # or a script's function by value): compiled afresh where it lands, or loaded
-        # from the on-disk compile cache.  (A script's __main__ is not the worker's.)
+        # there, with its fingerprint (what it reads: checked where it lands); else by
+        # its Python function and options (cloudpickle takes a closure's or a script's
+        # function by value, with the values it reads).  Compiled afresh where it
+        # lands, or loaded from the on-disk compile cache.  (A script's __main__ is not
+        # the worker's.)
         found = sys.modules.get(self.__module__) if self.__module__ != "__main__" else None
         for part in self.__qualname__.split("."):
             found = getattr(found, part, None)
         if found is self:
-            return self.__qualname__
+            self.current_generation()           # (the fingerprint of the moment)
+            if self._cache_key is not None:
+                return (_by_name, (self.__module__, self.__qualname__, self._cache_key))
         return (_unpickled, (self.py_func, self._jit_options["fastmath"], self.libm))
 
     # ------------------------------------------------------------------ public API
@@ -432,6 +437,23 @@ _UNCACHEABLE = object()
 
 def _unpickled(py_func, fastmath, libm):
     return FastBroadcast(py_func, fastmath=fastmath, libm=libm)
+
+
+def _by_name(module, qualname, cache_key):
+    """The kernel ``module.qualname`` of the process unpickling it, which must read
+    what it read where it was pickled: a global rebound there at run time, and not
+    here, would make it compute something else without a word."""
+    kernel = importlib.import_module(module)
+    for part in qualname.split("."):
+        kernel = getattr(kernel, part)
+    kernel.current_generation()
+    if kernel._cache_key != cache_key:
+        raise RuntimeError(
+            f"@fast_broadcast kernel {qualname!r} of module {module!r} was pickled by name, "
+            f"but here it does not read what it read where it was pickled (a global, a "
+            f"closure variable or a helper differs: rebound at run time, or another "
+            f"version of the module): pass such values as arguments")
+    return kernel
 
 
 def _wrt_key(wrt):
