@@ -153,16 +153,20 @@ def _sum_to(gradient, shape):
     return gradient.sum(dim=dims, keepdim=True) if dims else gradient
 
 
+def _as_gradient_of(mode, gradient, x):
+    """A gradient term of input ``x``: summed to its shape (a map's terms are at the
+    broadcast shape; a sum's already at the input's), in its dtype."""
+    if mode.name == "map":
+        gradient = _sum_to(gradient, x.shape)
+    return gradient.to(x.dtype)
+
+
 def _gradients(mode, inputs, wrt, cotangent, partials):
     """Each input's gradient (None where not asked for): the cotangent times its
     partials, summed to the input's shape, in the input's dtype."""
     grads = [None] * len(inputs)
     for i, partial in zip(wrt, partials):
-        shape = inputs[i].shape
-        grad = cotangent * partial
-        if mode.name == "map":
-            grad = _sum_to(grad, shape)
-        grads[i] = grad.to(inputs[i].dtype)
+        grads[i] = _as_gradient_of(mode, cotangent * partial, inputs[i])
     return grads
 
 
@@ -179,8 +183,7 @@ class _First(torch.autograd.Function):
             return _tensor(mode.value(arrays))
         value, partials = mode.value_and_partials(arrays, wrt)
         ctx.partials = tuple(_tensor(p) for p in partials)
-        ctx.save_for_backward(*(x if isinstance(x, torch.Tensor) else None for x in inputs))
-        ctx.numbers = inputs
+        _save_inputs(ctx, inputs)
         return _tensor(value)
 
     @staticmethod
@@ -193,6 +196,13 @@ class _First(torch.autograd.Function):
         else:
             partials = ctx.partials
         return (None, *_gradients(ctx.mode, inputs, ctx.wrt, cotangent, partials))
+
+
+def _save_inputs(ctx, inputs):
+    """Tensors saved as PyTorch checks them (an input changed in place before the
+    backward pass is an error), numbers as they are."""
+    ctx.save_for_backward(*(x if isinstance(x, torch.Tensor) else None for x in inputs))
+    ctx.numbers = inputs
 
 
 def _inputs(ctx):
@@ -208,8 +218,7 @@ class _Partials(torch.autograd.Function):
     @staticmethod
     def forward(ctx, mode, wrt, *inputs):
         ctx.mode, ctx.wrt = mode, wrt
-        ctx.save_for_backward(*(x if isinstance(x, torch.Tensor) else None for x in inputs))
-        ctx.numbers = inputs
+        _save_inputs(ctx, inputs)
         partials = mode.value_and_partials(_arrays(inputs), wrt)[1]
         return tuple(_tensor(p) for p in partials)
 
@@ -231,9 +240,7 @@ class _Partials(torch.autograd.Function):
         refuse = torch.is_grad_enabled() and live
         for j, term in zip(needed, terms):
             grad = _Refused.apply(ctx.mode, term, *live) if refuse else _tensor(term)
-            if ctx.mode.name == "map":
-                grad = _sum_to(grad, inputs[j].shape)
-            grads[j] = grad.to(inputs[j].dtype)
+            grads[j] = _as_gradient_of(ctx.mode, grad, inputs[j])
         return (None, None, *grads)
 
 
