@@ -43,11 +43,13 @@ class BlockwiseCall:
 
     def __init__(self, kernel, mode, args, wrt):
         name = kernel.__name__
-        if current_tape() is not None:
-            raise TypeError(f"{name}: called on Dask arrays inside a traced function "
-                            f"(grad, value_and_grad, vjp, jvp, jit); the reverse-mode core "
-                            f"does not trace Dask arrays yet: use {name}.sum_and_partials, "
-                            f"which takes them (lazy, block by block)")
+        tape = current_tape()
+        if tape is not None and (tape.tangents is not None or tape.level > 1
+                                 or tape.staging or tape.recorder is not None):
+            raise TypeError(f"{name}: called on Dask arrays inside jvp, a nested "
+                            f"derivative or dualbcast.jit; over Dask arrays, grad, "
+                            f"value_and_grad and vjp (first order) differentiate kernels "
+                            f"lazily: compute NumPy arrays first (x.compute()) for those")
         if mode not in MODES:
             raise TypeError(f"{name}: over Dask arrays a kernel maps, sums, and gives "
                             f"value_and_partials and sum_and_partials; jvp and tangents= "

@@ -1,9 +1,11 @@
 """The EAM energy and its gradient over 10^8 pair distances in chunks, on a
-distributed.LocalCluster of two single-threaded workers (issue 17), beside the same kernel
-call on an in-memory NumPy array.  The density's decay ``beta`` is the parameter
-differentiated (fitting a potential to a data set larger than memory): per block one
-loop gives the block's density sum and its derivative, Dask adds them up by a tree, and
-the energy's chain rule runs on the two totals.  Skipped when Dask is not installed."""
+distributed.LocalCluster of two single-threaded worker processes (issue 17), beside the
+same code on an in-memory NumPy array.  The density's decay ``beta`` is the parameter
+differentiated (fitting a potential to a data set larger than memory), two ways: the
+kernel's ``rho.sum_and_partials`` with the chain rule by hand, and ``db.value_and_grad``
+of the energy written as a program.  Either way one loop per block gives the block's
+density sum and its derivative, Dask adds them up by a tree, and the embedding's chain
+rule runs on the two totals.  Skipped when Dask is not installed."""
 import importlib
 import logging
 import math
@@ -44,6 +46,14 @@ def energy_and_gradient(r, beta=3.0):
     return embed(p), embed_slope(p) * dp
 
 
+def energy(beta, r):
+    return embed(rho.sum(r, beta))
+
+
+# The same through the reverse-mode core: lazy over Dask arrays, computed over NumPy.
+energy_value_and_grad = db.value_and_grad(energy)
+
+
 # Run on the workers by client.run: defined outside asv's benchmark modules, which the
 # workers cannot import (asv loads them under a name of its own), so they travel by value.
 _ON_WORKERS = {"__name__": "dask_eam_workers"}
@@ -76,15 +86,13 @@ def _cluster():
         distributed = importlib.import_module("distributed")
     except ImportError:
         raise NotImplementedError("dask[array] and distributed are not installed") from None
-    # Worker threads in this process: asv loads its benchmark modules under a name of its
-    # own, so a kernel of theirs travels to worker processes by value, and each task's
-    # copy compiles afresh (not yet memoised: see the issue notes); tests/test_dask_adapter.py
-    # runs kernels on worker processes.
-    # Closing an in-process cluster logs its closed comms with tracebacks at INFO level
+    # (The kernel travels to the worker processes by value, since they cannot import
+    # asv's benchmark modules: each worker compiles it once, at the warm-up.)
+    # Closing a cluster logs its closed comms with tracebacks at INFO level
     # (distributed.batched): noise, which CI's check of asv's output would take for a
     # failure.  Warnings and errors still show.
     logging.getLogger("distributed").setLevel(logging.WARNING)
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                        dashboard_address=":0")
     client = distributed.Client(cluster)
     # Generated on the workers chunk by chunk: no process ever holds all of it.
@@ -104,8 +112,11 @@ class DaskEam:
         self.in_memory = self.persisted.compute()
         self.dask_call = lambda: self.dask.compute(*energy_and_gradient(self.persisted))
         self.numpy_call = lambda: energy_and_gradient(self.in_memory)
-        got, expected = self.dask_call(), self.numpy_call()
-        assert np.allclose(got, expected, rtol=1e-9), (got, expected)
+        self.dask_program = lambda: self.dask.compute(*energy_value_and_grad(3.0, self.persisted))
+        self.numpy_program = lambda: energy_value_and_grad(3.0, self.in_memory)
+        expected = self.numpy_call()
+        for got in (self.dask_call(), self.numpy_program(), self.dask_program()):
+            assert np.allclose(got, expected, rtol=1e-9), (got, expected)
 
     def teardown(self, n):
         self.client.close()
@@ -114,8 +125,14 @@ class DaskEam:
     def time_dask_local_cluster(self, n):
         self.dask_call()
 
+    def time_dask_value_and_grad(self, n):
+        self.dask_program()
+
     def time_in_memory(self, n):
         self.numpy_call()
+
+    def time_in_memory_value_and_grad(self, n):
+        self.numpy_program()
 
     def track_dask_over_in_memory(self, n):
         """Dask on two worker processes (one thread each) over the in-memory call (two
@@ -124,6 +141,14 @@ class DaskEam:
         return ours / in_memory
 
     track_dask_over_in_memory.unit = "ratio"
+
+    def track_dask_value_and_grad_over_in_memory(self, n):
+        """db.value_and_grad of the energy over the Dask array (lazy, one compute) over
+        the same over the in-memory array, timed in turns."""
+        ours, in_memory = best_in_turns(self.dask_program, self.numpy_program, rounds=3)
+        return ours / in_memory
+
+    track_dask_value_and_grad_over_in_memory.unit = "ratio"
 
 
 class DaskEamMemory:
@@ -136,15 +161,17 @@ class DaskEamMemory:
     def setup(self, n):
         self.dask, _, self.cluster, self.client, self.lazy = _cluster()
         warm = self.lazy[: 4 * 10 ** 4].rechunk(10 ** 4)      # loops compiled on each worker
-        self.dask.compute(*energy_and_gradient(warm))
+        self.dask.compute(*energy_value_and_grad(3.0, warm))
 
     def teardown(self, n):
         self.client.close()
         self.cluster.close()
 
     def track_worker_peak_growth_in_chunks(self, n):
-        before = _reset_peak_memory()           # (the process holding both workers)
-        self.dask.compute(*energy_and_gradient(self.lazy))
-        return (_peak_memory() - before) / (CHUNK * 8)
+        """The largest growth of a worker's peak resident size, in chunks."""
+        before = self.client.run(_reset_peak_memory)
+        self.dask.compute(*energy_value_and_grad(3.0, self.lazy))
+        after = self.client.run(_peak_memory)
+        return max(after[worker] - before[worker] for worker in before) / (CHUNK * 8)
 
     track_worker_peak_growth_in_chunks.unit = "chunks"

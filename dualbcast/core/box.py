@@ -21,9 +21,10 @@ import numpy as np
 from .operators import binary
 from .registry import (CONSTANTS, deflinear, FUNCTION_RULES, SCALAR_LINEAR_PARTIALS, SCALAR_UFUNC_VJPS,
                        SHAPE_ONLY_FUNCTIONS, UFUNC_VJPS)
-from .tape import LinearRecord, Record, Traced, escape, raised
+from .tape import SCALARS, LinearRecord, Record, Traced, escape, raised
 
 _NO_KWARGS = {}
+
 
 
 def trace_inputs(args, vjps=None):
@@ -100,7 +101,7 @@ def apply(func, vjps, args, kwargs=_NO_KWARGS, scalar_vjps=None):
         if tape is not None:        # traced, but only through non-differentiable inputs
             escape(tape, func, args, kwargs, ans)
         return ans
-    if scalar_vjps is not None and type(ans) is not np.ndarray and type(ans) is not Box:
+    if scalar_vjps is not None and type(ans) in SCALARS:
         vjps = scalar_vjps
     saved = tuple(value if type(arg) is Box else keep(tape, value)
                   for arg, value in zip(args, values))
@@ -108,12 +109,12 @@ def apply(func, vjps, args, kwargs=_NO_KWARGS, scalar_vjps=None):
 
 
 def kind_of(x):
-    """What a gradient or tangent of ``x`` is: "float" (a Python float), "array" (an
-    ndarray, 0-d too) or "scalar" (a NumPy scalar); through boxes, of the value they
-    trace."""
+    """What a gradient or tangent of ``x`` is: "float" (a Python float), "scalar" (a
+    NumPy scalar) or "array" (an ndarray, 0-d too, or a Dask array); through boxes, of
+    the value they trace."""
     while type(x) is Box:
         x = x.value
-    return "float" if type(x) is float else "array" if isinstance(x, np.ndarray) else "scalar"
+    return "float" if type(x) is float else "scalar" if type(x) in SCALARS else "array"
 
 
 def as_kind(x, kind):
@@ -171,7 +172,7 @@ def record(tape, ans, parents, argnums, vjps, saved, kwargs, func, others=(), ki
     if type(ans) is np.ndarray:
         if ans.dtype.kind == "c":
             _complex_result(tape, func)
-    elif type(ans) in _COMPLEX_SCALARS:
+    elif _is_complex(ans):
         _complex_result(tape, func)
     slot = len(tape.values)
     tape.values.append(ans)
@@ -185,6 +186,13 @@ def record(tape, ans, parents, argnums, vjps, saved, kwargs, func, others=(), ki
 # value complex raises, before its result is handed back.  (The operators' one-step
 # path in .operators never sees one: it takes real scalars only.)
 _COMPLEX_SCALARS = frozenset({complex, np.complex64, np.complex128, np.clongdouble})
+
+
+def _is_complex(ans):
+    if type(ans) in SCALARS:
+        return type(ans) in _COMPLEX_SCALARS
+    dtype = getattr(ans, "dtype", None)         # (an array of any library)
+    return dtype is not None and dtype.kind == "c"
 
 
 def _complex_result(tape, func):
@@ -309,15 +317,15 @@ def _operator(ufunc, op, x, y):
     except Exception:               # 1.0 / x at x == 0.0, a Python float
         raised(tape)
         raise
-    if type(ans) is not np.ndarray:
-        if type(ans) in _COMPLEX_SCALARS:
+    if type(ans) is np.ndarray:
+        if ans.dtype.kind == "c":
             _complex_result(tape, ufunc)
-    elif ans.dtype.kind == "c":
+    elif _is_complex(ans):
         _complex_result(tape, ufunc)
     values = tape.values
     slot = len(values)
     values.append(ans)
-    if type(ans) is not np.ndarray and type(ans) is not Box:
+    if type(ans) in SCALARS:
         linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
         if linear is not None:
             # x + y, x - y, x * y, x ** c on scalars: the local partials are cheap to

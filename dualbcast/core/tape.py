@@ -32,6 +32,14 @@ import numpy as np
 from .registry import BACKWARD_OPERATIONS
 from .scatter import scatter_add
 
+# The scalar types, named: a value of any of them takes the scalar paths (cheap partials,
+# nothing to unbroadcast); anything else traced is an array, NumPy's or another library's
+# (a Dask array is differentiated lazily, its cotangents built as Dask graphs), and takes
+# the array paths.  Named rather than "not an ndarray": an array of another library
+# taken for a scalar would lose its unbroadcast, a silently wrong gradient.
+SCALARS = frozenset({float, int, bool, complex} | {
+    t for t in np.sctypeDict.values() if issubclass(t, (np.number, np.bool_))})
+
 
 def _replay_settings(current):
     """Float-error settings for a replay, from the caller's ``current`` ones (a dict
@@ -309,23 +317,38 @@ def accumulate(grads, owned, values, slot, ct):
     if type(ct) is SparseCotangent:
         if current is None or not owned[slot]:
             primal = values[slot]
+            if type(primal) is not np.ndarray and not isinstance(primal, np.generic):
+                raise NotImplementedError(
+                    f"dualbcast: a sparse cotangent (of an indexing or gathering operation) "
+                    f"for a {type(primal).__name__} has no lazy gradient rule")
             buffer = np.zeros(np.shape(primal), np.result_type(primal))
+            if current is not None and type(current) is not np.ndarray \
+                    and type(current) not in SCALARS:
+                # a lazy cotangent (Dask's) so far: this one dense, added to it lazily
+                _scatter(buffer, ct)
+                grads[slot] = current + buffer
+                return
             if current is not None:
                 buffer += current
             grads[slot] = current = buffer
             owned[slot] = 1
-        if ct.repeats:
-            scatter_add(current, ct.index, ct.values)
-        else:
-            current[ct.index] += ct.values
+        _scatter(current, ct)
     elif current is None:
         grads[slot] = ct
-    elif owned[slot]:
+    elif owned[slot] and (type(ct) is np.ndarray or type(ct) in SCALARS):
         current += ct
     else:
         total = current + ct
         grads[slot] = total
         owned[slot] = type(total) is np.ndarray
+
+
+def _scatter(buffer, sparse):
+    """Add a :class:`SparseCotangent` into ``buffer`` in place."""
+    if sparse.repeats:
+        scatter_add(buffer, sparse.index, sparse.values)
+    else:
+        buffer[sparse.index] += sparse.values
 
 
 def traced_backward(tape, seeds):

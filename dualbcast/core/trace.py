@@ -9,7 +9,7 @@ import numpy as np
 from ..buffers import refuse_overlapping_out
 from ..foreign import is_dask_array
 from ..positions import argument_positions
-from .box import Box, as_kind, kind_of, snapshot
+from .box import SCALARS, Box, as_kind, kind_of, snapshot
 from .pytree import LEAF, describe, flatten, flatten_like, unflatten
 from .forward import start_forward
 from .tape import Tape, backward
@@ -148,7 +148,7 @@ def traced_leaf(tape, value):
 
 def _new_leaf(tape, leaf, position):
     if type(leaf) is not float and (type(leaf) is not np.ndarray or leaf.dtype.kind != "f"):
-        leaf = _checked_leaf(leaf, position)
+        leaf = _checked_leaf(leaf, position, tape)
     slot = len(tape.values)
     tape.values.append(leaf)
     box = _new(Box)                 # (no __init__ frame: a fifth of a leaf)
@@ -175,17 +175,14 @@ def _new_leaves(tape, leaves, position):
     return boxes
 
 
-def _checked_leaf(leaf, position):
+def _checked_leaf(leaf, position, tape):
     """``leaf`` as it is differentiated (an ndarray subclass, np.memmap or a user's, as
     a plain view of its data: its gradient is a plain array, as NumPy's functions on it
     would compute), or an error saying why it cannot be."""
     if type(leaf) is Box:
         return leaf                 # traced by an enclosing trace: a nested derivative
     if is_dask_array(leaf):
-        raise TypeError(f"cannot differentiate with respect to argument {position}: it is a "
-                        f"Dask array, which grad/value_and_grad/vjp/jvp do not trace yet; "
-                        f"a kernel's k.sum_and_partials takes Dask arrays (lazy, block by "
-                        f"block), or differentiate a NumPy array (x.compute())")
+        return _checked_dask_leaf(leaf, position, tape)
     if not isinstance(leaf, (float, np.floating, np.ndarray)) or isinstance(leaf, np.ndarray) \
             and leaf.dtype.kind != "f":
         dtype = getattr(leaf, "dtype", type(leaf).__name__)
@@ -194,6 +191,25 @@ def _checked_leaf(leaf, position):
                         f"differentiated (integer and bool values never are)")
     if isinstance(leaf, np.ndarray) and type(leaf) is not np.ndarray:
         return leaf.view(np.ndarray)
+    return leaf
+
+
+def _checked_dask_leaf(leaf, position, tape):
+    """A Dask array as a leaf: differentiated lazily by a first-order reverse trace
+    (grad, value_and_grad, vjp), its gradient a Dask graph; refused elsewhere."""
+    where = f"cannot differentiate with respect to argument {position}, a Dask array"
+    if tape.tangents is not None or tape.level > 1 or tape.staging \
+            or tape.recorder is not None:
+        raise TypeError(f"{where}, here: Dask arrays are differentiated by grad, "
+                        f"value_and_grad and vjp (first order), not by jvp, nested "
+                        f"derivatives or dualbcast.jit; compute a NumPy array first "
+                        f"(x.compute()) for those")
+    if leaf.dtype.kind != "f":
+        raise TypeError(f"{where} of dtype {leaf.dtype}: only float arrays are "
+                        f"differentiated (integer and bool values never are)")
+    if any(n != n for n in leaf.shape):
+        raise ValueError(f"{where} with unknown chunk sizes (shape {leaf.shape}): compute "
+                         f"them first with x.compute_chunk_sizes()")
     return leaf
 
 
@@ -215,6 +231,9 @@ def gradient_targets(out, inputs, single, args=()):
         if target is None:
             continue
         primal = box.value
+        if is_dask_array(primal):
+            raise ValueError("value_and_grad: out= takes NumPy arrays; the gradient of a "
+                             "Dask array is a lazy Dask array (no out leaf for it: None)")
         if type(target) is not np.ndarray or type(primal) is not np.ndarray \
                 or target.shape != primal.shape or target.dtype != primal.dtype \
                 or not target.flags.writeable:
@@ -254,6 +273,8 @@ def scalar_output(out, f, tape):
             raise TypeError(f"grad requires {name_of(f)} to return a scalar; it returned "
                             f"an array of shape {shape} (sum it, or use vjp)")
         return value, (((out.slot, dtype.type(1.0)),) if own else ())
+    if is_dask_array(value):
+        return _lazy_output(value, f, out.slot if own else None)
     if not isinstance(value, (int, float, np.number, np.ndarray, np.bool_)) \
             or isinstance(value, complex):
         raise TypeError(f"grad requires {name_of(f)} to return a scalar; it returned a "
@@ -266,6 +287,17 @@ def scalar_output(out, f, tape):
     if not own:
         return value, ()
     return value, ((out.slot, np.result_type(value).type(1.0)),)
+
+
+def _lazy_output(value, f, slot):
+    """:func:`scalar_output` for a Dask array: a 0-d real one, the value handed back
+    lazy (``dask.compute`` of it and the gradients passes over the data once)."""
+    if value.ndim != 0:
+        raise TypeError(f"grad requires {name_of(f)} to return a scalar; it returned a Dask "
+                        f"array of shape {value.shape} (sum it, or use vjp)")
+    if value.dtype.kind == "c":
+        raise TypeError(f"grad requires a real output; {name_of(f)} returned a complex value")
+    return value, (() if slot is None else ((slot, value.dtype.type(1.0)),))
 
 
 # The backward pass of a Python-float output runs on Python floats (the same IEEE
@@ -309,9 +341,17 @@ def gradient_like(primal, ct, handed_out):
     """``ct`` as a gradient of ``primal``: same type, shape and dtype, never a view of
     a buffer the caller might see twice (each array is handed out once)."""
     if type(primal) is float:
-        return 0.0 if ct is None else as_kind(ct, "float") if type(ct) is Box else float(ct)
-    if type(primal) is Box or type(ct) is Box:
+        if ct is None or type(ct) in SCALARS:
+            return 0.0 if ct is None else float(ct)
+        if type(ct) is Box:
+            return as_kind(ct, "float")
+    elif type(primal) is Box or type(ct) is Box:
         return _traced_gradient_like(primal, ct)
+    if type(ct) is not np.ndarray and type(ct) not in SCALARS and ct is not None \
+            or type(primal) is not np.ndarray and type(primal) not in SCALARS:
+        return _lazy_gradient_like(primal, ct)      # (a Dask array's: all else is plain)
+    if type(primal) is float:
+        return float(ct)                # (a 0-d array)
     dtype = primal.dtype
     if not isinstance(primal, np.ndarray):
         return dtype.type(0 if ct is None else ct)
@@ -327,6 +367,25 @@ def gradient_like(primal, ct, handed_out):
             handed_out.add(id(ct))
             return ct
     return np.array(ct, dtype=dtype)
+
+
+def _lazy_gradient_like(primal, ct):
+    """:func:`gradient_like` where the primal or the cotangent is a Dask array: the
+    gradient is a Dask array (0-d for a scalar), computed when the caller computes it."""
+    shape = np.shape(primal)
+    dtype = primal.dtype if hasattr(primal, "dtype") else np.dtype(np.float64)
+    if ct is None:
+        return np.zeros_like(primal)
+    if not is_dask_array(ct):       # (a Dask primal's cotangent in NumPy: made lazy too)
+        ct = np.zeros_like(primal) + ct
+    if ct.shape != shape:
+        raise RuntimeError(f"dualbcast internal error: a gradient of shape {ct.shape} for "
+                           f"an argument of shape {shape}; please report it")
+    if ct.dtype != dtype:
+        ct = ct.astype(dtype)
+    if is_dask_array(primal) and ct.chunks != primal.chunks:
+        ct = ct.rechunk(primal.chunks)      # (a reshape on the way may have cut blocks)
+    return ct
 
 
 def _traced_gradient_like(primal, ct):

@@ -67,6 +67,7 @@ class FastBroadcast:
         self.generation = 0
         self.dependencies = None    # a Dependencies: what this generation was compiled with
         self._cache_key = None
+        self._fingerprint = None    # of this generation (None: not digestible)
         self.scalar_kernel = self._scalar_kernel()
 
     def _scalar_kernel(self):
@@ -105,6 +106,7 @@ class FastBroadcast:
         for helper in dependencies.dispatchers:
             refresh_helper(helper)
         fingerprint = kernel_fingerprint(dependencies, {**self._jit_options, "libm": self.libm})
+        self._fingerprint = fingerprint
         self._cache_key = None
         # Not cached on disk when its module cannot be found (code made by exec, a module
         # loaded under a name of its own as asv does): Numba's compiled code then names
@@ -436,7 +438,28 @@ _UNCACHEABLE = object()
 
 
 def _unpickled(py_func, fastmath, libm):
-    return FastBroadcast(py_func, fastmath=fastmath, libm=libm)
+    """A kernel pickled by function: the one this process already unpickled with the
+    same name and fingerprint (the same code, options and values read) if any, else a
+    new one.  (A Dask task unpickles its kernel afresh: without this every task's copy
+    would compile its loops again, seconds each.)"""
+    kernel = FastBroadcast(py_func, fastmath=fastmath, libm=libm)
+    kernel.current_generation()
+    if kernel._fingerprint is None:
+        return kernel                   # (reads a value that cannot be digested)
+    key = (py_func.__module__, py_func.__qualname__, kernel._fingerprint)
+    known = _UNPICKLED.get(key)
+    if known is not None:
+        known.current_generation()
+        if known._fingerprint == kernel._fingerprint:
+            return known
+    if len(_UNPICKLED) >= _MAX_UNPICKLED:
+        _UNPICKLED.pop(next(iter(_UNPICKLED)))          # the oldest
+    _UNPICKLED[key] = kernel
+    return kernel
+
+
+_UNPICKLED = {}         # (module, qualname, fingerprint) -> kernel, in this process
+_MAX_UNPICKLED = 64
 
 
 def _by_name(module, qualname, cache_key):
@@ -452,7 +475,8 @@ def _by_name(module, qualname, cache_key):
             f"@fast_broadcast kernel {qualname!r} of module {module!r} was pickled by name, "
             f"but here it does not read what it read where it was pickled (a global, a "
             f"closure variable or a helper differs: rebound at run time, or another "
-            f"version of the module): pass such values as arguments")
+            f"version of the module, or of dualbcast, Numba, NumPy or Python): pass such "
+            f"values as arguments, or install the same versions")
     return kernel
 
 

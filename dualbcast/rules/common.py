@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from ..core.box import Box, apply
+from ..core.box import SCALARS, Box, apply
 from ..core.registry import BACKWARD_OPERATIONS, defjvp, deflinear, defrule
 from ..core.scatter import scatter_add
 from ..kernel.products import nan_safe_multiply, scaled_sum
@@ -22,7 +22,7 @@ def unbroadcast(ct, shape):
     if ct_shape == shape:
         return ct
     if not shape:                   # to a scalar: one reduction (np.sum's wrapper is ~2 µs)
-        return np.add.reduce(ct, axis=None) if type(ct) is not Box else np.sum(ct)
+        return np.add.reduce(ct, axis=None) if type(ct) is np.ndarray else np.sum(ct)
     extra = len(ct_shape) - len(shape)
     axes = tuple(range(extra)) + tuple(
         extra + i for i, n in enumerate(shape) if n == 1 and ct_shape[extra + i] != 1)
@@ -37,7 +37,7 @@ def nan_safe(g, local, out=None):
     dual numbers do)."""
     if type(g) is Box or type(local) is Box:
         return apply(nan_safe_product, _NAN_SAFE_VJPS, (g, local))
-    if out is None and type(g) is not np.ndarray and type(local) is not np.ndarray:
+    if out is None and type(g) in SCALARS and type(local) in SCALARS:
         # Scalars (the hot path of scalar code): Python's operator, ~10x cheaper than
         # a ufunc call, with the same NEP 50 result type.
         product = g * local
@@ -59,8 +59,14 @@ def nan_safe(g, local, out=None):
     if type(product) is np.ndarray:
         if not np.isnan(np.add.reduce(product, axis=None)):
             return product
-    elif product == product:
-        return product
+    elif type(product) in SCALARS:
+        if product == product:
+            return product
+    else:
+        # A lazy array (Dask): the fix-up joins its graph, computed with the product
+        # (asking whether there is a nan would compute it now).
+        fixed = np.where(np.isnan(product) & ((g == 0) | (local == 0)), 0.0, product)
+        return fixed if fixed.dtype == product.dtype else fixed.astype(product.dtype)
     shape = np.shape(product)
     zero_factor = (np.broadcast_to(g, shape) == 0) | (np.broadcast_to(local, shape) == 0)
     fixed = np.where(zero_factor & np.isnan(product), 0.0, product)
@@ -68,6 +74,21 @@ def nan_safe(g, local, out=None):
 
 
 _FINITE_CHECKABLE = frozenset({float, int, np.float64, np.float32})
+
+
+def broadcast_lazily(value, like):
+    """``value`` (a scalar, or an array broadcastable to ``like``) broadcast over the
+    lazy array ``like`` (a Dask array), in its blocks: its own dtype, ``like``'s
+    chunks (NumPy's broadcast_to would give a view of ``like``'s whole size, which Dask
+    would cut into blocks of copies)."""
+    dtype = value.dtype if hasattr(value, "dtype") else np.result_type(value)
+    return np.zeros_like(like, dtype=dtype) + value
+
+
+def is_lazy(x):
+    """Whether ``x`` is a lazy array (not a scalar, an ndarray or a traced value): a Dask
+    array, whose cotangents are Dask graphs too."""
+    return type(x) is not np.ndarray and type(x) not in SCALARS and type(x) is not Box
 
 
 def nan_safe_product(g, local):

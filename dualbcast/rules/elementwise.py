@@ -13,7 +13,7 @@ side at a tie, and a zero cotangent meeting an infinite local derivative gives 0
 """
 import numpy as np
 
-from ..core.box import Box
+from ..core.box import SCALARS
 from ..core.registry import ScalarForm, defrule
 from ..core.tape import ignore_float_errors, restore_float_errors
 from .common import nan_safe, shape_of, unbroadcast
@@ -24,9 +24,9 @@ LN2, LN10 = np.log(2.0), np.log(10.0)
 def _reduced(vjp, position):
     def vjp_to_input_shape(g, ans, *inputs):
         ct = vjp(g, ans, *inputs)
-        if type(ct) is np.ndarray or type(ct) is Box:       # (a Box: second order)
-            return unbroadcast(ct, shape_of(inputs[position]))
-        return ct                           # a scalar: the input was one too
+        if type(ct) in SCALARS:
+            return ct                       # a scalar: the input was one too
+        return unbroadcast(ct, shape_of(inputs[position]))  # (an array, or a Box: 2nd order)
     return vjp_to_input_shape
 
 

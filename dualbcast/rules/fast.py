@@ -9,11 +9,11 @@ in the loop), so its backward only scales by the cotangent, in place when it may
 import numpy as np
 
 from ..core.box import Box, record, trace_inputs
-from ..core.tape import RuleRecord, raised
+from ..core.tape import SCALARS, RuleRecord, raised
 from ..kernel.products import nan_safe_dot
 from ..kernel.threads import multiply_in_place
 from ..kernel.tracing import hook
-from .common import nan_safe, shape_of, unbroadcast
+from .common import is_lazy, nan_safe, shape_of, unbroadcast
 from ..core.staging import staging_only
 from .fast_nested import NestedKernelRule, forward_call, nested_outputs, plain, run_loop
 
@@ -165,7 +165,11 @@ SUM_COTANGENT_FORM = "(0.0 if {g} == 0.0 or ({x} == 0.0 and {g} - {g} != 0.0) el
 
 def _sum_vjp(gradient, single_use):
     # gradient is d(sum)/d(argument) at the argument's shape; g is a scalar.
+    lazy = is_lazy(gradient)
+
     def vjp(g, ans, *args):
+        if lazy or type(g) not in SCALARS and is_lazy(g):
+            return nan_safe(g, gradient)    # Dask: lazy ("g == 0?" would compute g now)
         if g == 0:                      # NaN-safe: no influence, no gradient
             return np.zeros(shape_of(gradient), np.result_type(gradient))[()]
         if g - g != 0:                  # g infinite or nan: a zero partial stays 0

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..core.box import Box, apply, constant
 from ..core.registry import LINEAR, defjvp, defrule
-from .common import constant_dtype, nan_safe, no_out, shape_of
+from .common import broadcast_lazily, constant_dtype, is_lazy, nan_safe, no_out, shape_of
 
 
 def _reject(name, out=None, **unsupported):
@@ -37,6 +37,8 @@ def _restore(g, shape, axis, keepdims):
 
 def _sum_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
     shape = shape_of(x)
+    if is_lazy(x):
+        return broadcast_lazily(_restore(g, shape, axis, keepdims), x)
     if axis is None and not keepdims and type(g) is not Box:
         # The whole sum (the common case): g everywhere, without expand_dims and
         # broadcast_to (~4 µs on small arrays; the array is needed anyway).
@@ -47,6 +49,8 @@ def _sum_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
 def _mean_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
     shape = shape_of(x)
     count = np.prod([shape[a] for a in _axes(axis, len(shape))], dtype=np.int64)
+    if is_lazy(x):
+        return broadcast_lazily(_restore(g, shape, axis, keepdims) / count, x)
     return np.broadcast_to(_restore(g, shape, axis, keepdims) / count, shape)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from ..core.box import Box, apply, constant, keep, unbox
 from ..core.registry import deflinear, defrule
 from ..core.tape import SparseCotangent
-from .common import constant_dtype, no_out, unbroadcast
+from .common import constant_dtype, is_lazy, no_out, unbroadcast
 
 
 def _register(func):
@@ -51,10 +51,14 @@ def _memory_order(a, order):
 def _reshape_rule(a, shape=None, order="C", *, newshape=None, copy=None):
     shape = newshape if shape is None else shape
     order = _memory_order(unbox(a), order)
+    if is_lazy(unbox(a)) and order == "C":
+        return apply(np.reshape, (_reshape_vjp,), (a, shape))   # (Dask's takes no order=)
     return apply(np.reshape, (_reshape_vjp,), (a, shape), {"order": order})
 
 
 def _reshape_vjp(g, ans, a, shape=None, order="C"):
+    if order == "C":
+        return np.reshape(g, np.shape(a))
     return np.reshape(g, np.shape(a), order=order)
 
 
@@ -130,6 +134,10 @@ def _getitem(a, index):
     if any(type(p) is Box for p in parts):
         raise TypeError("indexing with a traced value: indices are integers or booleans, "
                         "which are never differentiated; use db.stop_gradient(i) or an int")
+    if is_lazy(unbox(a)) and not _is_basic(parts):
+        raise NotImplementedError("dualbcast: indexing a traced Dask array with index arrays "
+                                  "or None has no lazy gradient rule (integers, slices and "
+                                  "Ellipsis have)")
     if type(index) is tuple:            # index arrays are saved for the backward pass
         tape = a.tape if type(a) is Box else None
         index = tuple(keep(tape, part) for part in index)
@@ -137,8 +145,19 @@ def _getitem(a, index):
 
 
 def _getitem_vjp(g, ans, a, index):
+    if is_lazy(a) or is_lazy(g):
+        # Over Dask arrays: zeros with g written in at the index, a Dask graph.
+        dense = np.zeros_like(a) if is_lazy(a) else np.zeros_like(g, shape=np.shape(a),
+                                                                  dtype=np.result_type(a))
+        dense[index] = g
+        return dense
     # Sparse: added in place into the parent's one gradient buffer by the backward pass.
     return SparseCotangent(index, g, _has_integer_array(index))
+
+
+def _is_basic(parts):
+    """Whether an index (its parts) takes integers, slices and Ellipsis only."""
+    return all(part is Ellipsis or isinstance(part, (int, np.integer, slice)) for part in parts)
 
 
 def _has_integer_array(index):
