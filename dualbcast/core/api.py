@@ -8,6 +8,7 @@ from typing import Any, Callable, NamedTuple, Sequence, Union
 
 import numpy as np
 
+from ..foreign import is_dask_array
 from .box import Box, as_kind, kind_of
 from .pytree import describe, flatten, flatten_like, unflatten
 from .tape import backward
@@ -122,7 +123,9 @@ def vjp(f: Callable, *primals: Any) -> tuple[Any, Callable]:
             if type(out_leaf) is Box:
                 # A copy: the backward pass may add into a seed, and must not hand the
                 # caller's own array back as a gradient.
-                seeds.append((out_leaf.slot, np.array(ct, dtype=np.result_type(value))))
+                dtype = value.dtype if hasattr(value, "dtype") else np.result_type(value)
+                seeds.append((out_leaf.slot, ct.astype(dtype) if is_dask_array(ct)
+                              else np.array(ct, dtype=dtype)))
         return gradients(backward(tape, seeds), inputs)
     return unflatten(out_tree, out_values), pullback
 
@@ -161,6 +164,9 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[A
             raise ValueError(f"jvp: the tangent of argument {position} has structure "
                              f"{describe(flatten(tangent)[1])}, its primal "
                              f"{describe(tree)}") from None
+    for primal, tangent in tangent_leaves:
+        _not_dask_in_jvp(primal)
+        _not_dask_in_jvp(tangent)
     checked = [_checked_tangent(primal, tangent) for primal, tangent in tangent_leaves]
     tape = start_tracing(single_use=False, forward=True)
     try:
@@ -179,10 +185,18 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[A
     for leaf in out_leaves:
         own = type(leaf) is Box and leaf.tape is tape
         value = leaf.value if own else leaf
+        _not_dask_in_jvp(value)
         values.append(value)
         tangent = tape.tangents.get(leaf.slot) if own else None
         out_tangents.append(_tangent_like(value, tangent, seen))
     return unflatten(out_tree, values), unflatten(out_tree, out_tangents)
+
+
+def _not_dask_in_jvp(value):
+    if is_dask_array(value):
+        raise TypeError("jvp: a Dask array among the primals, tangents or outputs; over Dask "
+                        "arrays grad, value_and_grad and vjp differentiate lazily, jvp does "
+                        "not: compute a NumPy array first (x.compute())")
 
 
 def _checked_tangent(primal, tangent):

@@ -18,6 +18,7 @@ import operator
 
 import numpy as np
 
+from ..foreign import frozen_dask_array, is_dask_array
 from .operators import binary
 from .registry import (CONSTANTS, deflinear, FUNCTION_RULES, SCALAR_LINEAR_PARTIALS, SCALAR_UFUNC_VJPS,
                        SHAPE_ONLY_FUNCTIONS, UFUNC_VJPS)
@@ -155,12 +156,16 @@ def snapshot(constant):
     the gradient must use the value it had here; so is a list (and the arrays in it).
     Read-only arrays, scalars and tuples of them are kept as they are."""
     kind = type(constant)
+    if kind in SCALARS:
+        return constant
     if kind is np.ndarray:
         return constant.copy() if constant.flags.writeable else constant
     if kind is list:
         return [snapshot(item) for item in constant]
     if kind is tuple and any(type(item) in (np.ndarray, list) for item in constant):
         return tuple(snapshot(item) for item in constant)
+    if is_dask_array(constant):
+        return frozen_dask_array(constant)
     return constant
 
 

@@ -265,6 +265,12 @@ def backward(tape, seeds):
             if g is None:
                 continue
             if type(record) is LinearRecord:
+                if type(g) not in SCALARS:
+                    # A lazy (Dask) cotangent of a scalar: "g == 0?" would compute it.
+                    for slot, partial in zip(record.parents, record.partials):
+                        accumulate(grads, owned, values, slot,
+                                   BACKWARD_OPERATIONS.product(g, partial))
+                    continue
                 # A scalar's cotangent need not be dropped to free memory.  A zero
                 # cotangent contributes nothing (NaN-safe: 0 * inf is 0), nor does a
                 # zero partial (inf * 0 is 0 too).
@@ -315,12 +321,15 @@ def accumulate(grads, owned, values, slot, ct):
     # to both), so only buffers allocated here are ever added into in place.
     current = grads[slot]
     if type(ct) is SparseCotangent:
+        if type(ct.values) is not np.ndarray and type(ct.values) not in SCALARS \
+                or type(values[slot]) is not np.ndarray \
+                and not isinstance(values[slot], np.generic):
+            raise NotImplementedError(
+                "dualbcast: a gathering operation (indexing with index arrays or None, "
+                "np.take, np.repeat) between a NumPy array and a Dask array, or on a Dask "
+                "array, has no lazy gradient rule")
         if current is None or not owned[slot]:
             primal = values[slot]
-            if type(primal) is not np.ndarray and not isinstance(primal, np.generic):
-                raise NotImplementedError(
-                    f"dualbcast: a sparse cotangent (of an indexing or gathering operation) "
-                    f"for a {type(primal).__name__} has no lazy gradient rule")
             buffer = np.zeros(np.shape(primal), np.result_type(primal))
             if current is not None and type(current) is not np.ndarray \
                     and type(current) not in SCALARS:

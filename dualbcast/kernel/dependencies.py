@@ -154,7 +154,8 @@ class _Walk:
     def _walk_function(self, func, defaults_frozen_by):
         code = func.__code__
         self.update(f"{func.__module__}.{func.__qualname__}".encode())
-        self.update(repr(func.__defaults__).encode())
+        self.update(b"defaults:")
+        self.value(func.__defaults__)       # (exactly: an array by its bytes, not its repr)
         self.deps.watch(func, _attribute_reader(func), "__defaults__", func.__defaults__,
                         defaults_frozen_by)
         namespace = func.__globals__

@@ -7,6 +7,7 @@ import importlib
 import inspect
 import math
 import sys
+import threading
 from typing import Any, Callable, Sequence, Union
 
 import numba
@@ -447,18 +448,20 @@ def _unpickled(py_func, fastmath, libm):
     if kernel._fingerprint is None:
         return kernel                   # (reads a value that cannot be digested)
     key = (py_func.__module__, py_func.__qualname__, kernel._fingerprint)
-    known = _UNPICKLED.get(key)
-    if known is not None:
-        known.current_generation()
-        if known._fingerprint == kernel._fingerprint:
-            return known
-    if len(_UNPICKLED) >= _MAX_UNPICKLED:
-        _UNPICKLED.pop(next(iter(_UNPICKLED)))          # the oldest
-    _UNPICKLED[key] = kernel
+    with _UNPICKLED_LOCK:               # (a Dask worker's threads unpickle at once)
+        known = _UNPICKLED.get(key)
+        if known is not None:
+            known.current_generation()
+            if known._fingerprint == kernel._fingerprint:
+                return known
+        if len(_UNPICKLED) >= _MAX_UNPICKLED:
+            _UNPICKLED.pop(next(iter(_UNPICKLED)))      # the oldest
+        _UNPICKLED[key] = kernel
     return kernel
 
 
 _UNPICKLED = {}         # (module, qualname, fingerprint) -> kernel, in this process
+_UNPICKLED_LOCK = threading.Lock()
 _MAX_UNPICKLED = 64
 
 

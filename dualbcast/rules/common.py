@@ -91,6 +91,16 @@ def is_lazy(x):
     return type(x) is not np.ndarray and type(x) not in SCALARS and type(x) is not Box
 
 
+def numpy_only(*values):
+    """Refuse a lazy (Dask) value in a rule that computes on NumPy arrays (converting it
+    would compute the whole graph now, into memory)."""
+    if any(is_lazy(value) for value in values):
+        raise NotImplementedError(
+            "dualbcast: this NumPy function's gradient rule computes on NumPy arrays; over "
+            "Dask arrays it has no lazy rule (kernel maps and sums, elementwise functions, "
+            "sums, means, slices and reshapes have one)")
+
+
 def nan_safe_product(g, local):
     """:func:`nan_safe` as a function of its own, recorded when a factor is traced (a
     backward pass being differentiated): its derivatives are NaN-safe products too."""

@@ -147,7 +147,8 @@ def _map_vjp(partial, position, single_use):
             ct = nan_safe_dot(g, partial)       # a scalar argument (a coefficient)
             if ct is not None:
                 return _FLOAT64(ct)             # (the type NumPy's sum would give)
-        reuse = single_use and type(partial) is np.ndarray and partial.shape == shape_of(g)
+        reuse = single_use and type(partial) is np.ndarray and partial.shape == shape_of(g) \
+            and (type(g) is np.ndarray or type(g) in SCALARS)    # (not a Dask array's)
         ct = nan_safe(g, partial, out=partial if reuse else None)
         return unbroadcast(ct, shape)
     return vjp

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..core.box import Box, apply, constant, unbox
 from ..core.registry import defjvp, defrule
-from .common import nan_safe, no_out, shape_of, unbroadcast
+from .common import nan_safe, no_out, numpy_only, shape_of, unbroadcast
 
 
 def multilinear(func):
@@ -27,6 +27,7 @@ def multilinear(func):
 
 
 def _array(x):
+    numpy_only(x)
     return x if type(x) is Box else np.asarray(x)
 
 

@@ -9,7 +9,8 @@ import numpy as np
 
 from ..core.box import Box, apply, constant
 from ..core.registry import LINEAR, defjvp, defrule
-from .common import broadcast_lazily, constant_dtype, is_lazy, nan_safe, no_out, shape_of
+from .common import (broadcast_lazily, constant_dtype, is_lazy, nan_safe, no_out, numpy_only,
+                     shape_of)
 
 
 def _reject(name, out=None, **unsupported):
@@ -37,7 +38,7 @@ def _restore(g, shape, axis, keepdims):
 
 def _sum_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
     shape = shape_of(x)
-    if is_lazy(x):
+    if is_lazy(x) or is_lazy(g):
         return broadcast_lazily(_restore(g, shape, axis, keepdims), x)
     if axis is None and not keepdims and type(g) is not Box:
         # The whole sum (the common case): g everywhere, without expand_dims and
@@ -49,7 +50,7 @@ def _sum_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
 def _mean_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
     shape = shape_of(x)
     count = np.prod([shape[a] for a in _axes(axis, len(shape))], dtype=np.int64)
-    if is_lazy(x):
+    if is_lazy(x) or is_lazy(g):
         return broadcast_lazily(_restore(g, shape, axis, keepdims) / count, x)
     return np.broadcast_to(_restore(g, shape, axis, keepdims) / count, shape)
 
@@ -63,6 +64,7 @@ def _prod_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
 
 def _array(x):
     """``x`` as an array (a NumPy or Python scalar too); a traced value as it is."""
+    numpy_only(x)
     return x if type(x) is Box else np.asarray(x)
 
 

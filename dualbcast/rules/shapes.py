@@ -64,6 +64,8 @@ def _reshape_vjp(g, ans, a, shape=None, order="C"):
 
 def _ravel_rule(a, order="C"):
     order = _memory_order(unbox(a), order)
+    if is_lazy(unbox(a)) and order == "C":
+        return apply(np.ravel, (_reshape_vjp,), (a,))     # (Dask's takes no order=)
     return apply(np.ravel, (_reshape_vjp,), (a,), {"order": order})
 
 
@@ -145,8 +147,10 @@ def _getitem(a, index):
 
 
 def _getitem_vjp(g, ans, a, index):
-    if is_lazy(a) or is_lazy(g):
-        # Over Dask arrays: zeros with g written in at the index, a Dask graph.
+    if is_lazy(a) or is_lazy(g) and _is_basic(index if type(index) is tuple else (index,)):
+        # Over Dask arrays: zeros with g written in at the index, a Dask graph (index
+        # arrays, which may repeat a position, were refused on a Dask array; with a
+        # NumPy one the sparse cotangent below is refused by the backward pass).
         dense = np.zeros_like(a) if is_lazy(a) else np.zeros_like(g, shape=np.shape(a),
                                                                   dtype=np.result_type(a))
         dense[index] = g
@@ -205,6 +209,8 @@ def _joining(join, vjp):
         no_out(name, out)
         arrays = tuple(arrays)
         kwargs = {"axis": axis, "dtype": dtype, "casting": casting}
+        if dtype is None and casting == "same_kind" and any(is_lazy(unbox(a)) for a in arrays):
+            kwargs = {"axis": axis}                 # (Dask's take no dtype= or casting=)
         if constant_dtype(name, dtype):
             return constant(join, (list(arrays),), kwargs)
         return apply(joined, vjps(len(arrays)), arrays, kwargs)
