@@ -375,3 +375,13 @@ def test_jit_replays_equal_eager(name, f, make):
     calls = [(make(),) for _ in range(4)]
     compare_calls(f, calls)
     compare_calls(f, [(np.asarray(c[0], np.float32),) for c in calls])
+
+
+def test_constants_of_no_array_library_are_not_taken_for_lazy_arrays():
+    """Lists beside traced values (the rules' Dask paths are for Dask arrays only)."""
+    x = np.array([3.0, 4.0])
+    np.testing.assert_array_equal(db.grad(lambda x: np.dot(x, [1.0, 2.0]))(x), [1.0, 2.0])
+    np.testing.assert_array_equal(
+        db.grad(lambda x: np.sum(np.concatenate([x, [1.0, 2.0]]) ** 2))(x), [6.0, 8.0])
+    np.testing.assert_array_equal(
+        db.grad(lambda x: x[0] * np.sum(np.reshape([1.0, 2.0], (2, 1)) * x))(x), [30.0, 9.0])

@@ -5,6 +5,7 @@ import math
 import numpy as np
 
 from ..core.box import SCALARS, Box, apply
+from ..foreign import is_dask_array
 from ..core.registry import BACKWARD_OPERATIONS, defjvp, deflinear, defrule
 from ..core.scatter import scatter_add
 from ..kernel.products import nan_safe_multiply, scaled_sum
@@ -94,7 +95,7 @@ def is_lazy(x):
 def numpy_only(*values):
     """Refuse a lazy (Dask) value in a rule that computes on NumPy arrays (converting it
     would compute the whole graph now, into memory)."""
-    if any(is_lazy(value) for value in values):
+    if any(is_dask_array(value) for value in values):
         raise NotImplementedError(
             "dualbcast: this NumPy function's gradient rule computes on NumPy arrays; over "
             "Dask arrays it has no lazy rule (kernel maps and sums, elementwise functions, "

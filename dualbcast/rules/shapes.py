@@ -11,6 +11,7 @@ import numpy as np
 from ..core.box import Box, apply, constant, keep, unbox
 from ..core.registry import deflinear, defrule
 from ..core.tape import SparseCotangent
+from ..foreign import is_dask_array
 from .common import constant_dtype, is_lazy, no_out, unbroadcast
 
 
@@ -51,7 +52,7 @@ def _memory_order(a, order):
 def _reshape_rule(a, shape=None, order="C", *, newshape=None, copy=None):
     shape = newshape if shape is None else shape
     order = _memory_order(unbox(a), order)
-    if is_lazy(unbox(a)) and order == "C":
+    if is_dask_array(unbox(a)) and order == "C":
         return apply(np.reshape, (_reshape_vjp,), (a, shape))   # (Dask's takes no order=)
     return apply(np.reshape, (_reshape_vjp,), (a, shape), {"order": order})
 
@@ -64,7 +65,7 @@ def _reshape_vjp(g, ans, a, shape=None, order="C"):
 
 def _ravel_rule(a, order="C"):
     order = _memory_order(unbox(a), order)
-    if is_lazy(unbox(a)) and order == "C":
+    if is_dask_array(unbox(a)) and order == "C":
         return apply(np.ravel, (_reshape_vjp,), (a,))     # (Dask's takes no order=)
     return apply(np.ravel, (_reshape_vjp,), (a,), {"order": order})
 
@@ -136,7 +137,7 @@ def _getitem(a, index):
     if any(type(p) is Box for p in parts):
         raise TypeError("indexing with a traced value: indices are integers or booleans, "
                         "which are never differentiated; use db.stop_gradient(i) or an int")
-    if is_lazy(unbox(a)) and not _is_basic(parts):
+    if is_dask_array(unbox(a)) and not _is_basic(parts):
         raise NotImplementedError("dualbcast: indexing a traced Dask array with index arrays "
                                   "or None has no lazy gradient rule (integers, slices and "
                                   "Ellipsis have)")
@@ -209,7 +210,8 @@ def _joining(join, vjp):
         no_out(name, out)
         arrays = tuple(arrays)
         kwargs = {"axis": axis, "dtype": dtype, "casting": casting}
-        if dtype is None and casting == "same_kind" and any(is_lazy(unbox(a)) for a in arrays):
+        if dtype is None and casting == "same_kind" \
+                and any(is_dask_array(unbox(a)) for a in arrays):
             kwargs = {"axis": axis}                 # (Dask's take no dtype= or casting=)
         if constant_dtype(name, dtype):
             return constant(join, (list(arrays),), kwargs)
