@@ -44,8 +44,7 @@ class BlockwiseCall:
     def __init__(self, kernel, mode, args, wrt):
         name = kernel.__name__
         tape = current_tape()
-        if tape is not None and (tape.tangents is not None or tape.level > 1
-                                 or tape.staging or tape.recorder is not None):
+        if tape is not None and not tape.takes_lazy_arrays():
             raise TypeError(f"{name}: called on Dask arrays inside jvp, a nested "
                             f"derivative or dualbcast.jit; over Dask arrays, grad, "
                             f"value_and_grad and vjp (first order) differentiate kernels "

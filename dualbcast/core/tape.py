@@ -224,6 +224,12 @@ class Tape:
         self.gradient_buffers = None
         self.recorder = recorder
 
+    def takes_lazy_arrays(self):
+        """Whether Dask arrays may enter this trace: a first-order reverse trace run
+        eagerly (no tangents, not nested in another, not staged or recorded by jit)."""
+        return (self.tangents is None and self.level == 1 and not self.staging
+                and self.recorder is None)
+
 
 class SparseCotangent:
     """A cotangent that is zero except at ``index``: what indexing sends back.

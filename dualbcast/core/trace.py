@@ -198,8 +198,7 @@ def _checked_dask_leaf(leaf, position, tape):
     """A Dask array as a leaf: differentiated lazily by a first-order reverse trace
     (grad, value_and_grad, vjp), its gradient a Dask graph; refused elsewhere."""
     where = f"cannot differentiate with respect to argument {position}, a Dask array"
-    if tape.tangents is not None or tape.level > 1 or tape.staging \
-            or tape.recorder is not None:
+    if not tape.takes_lazy_arrays():
         raise TypeError(f"{where}, here: Dask arrays are differentiated by grad, "
                         f"value_and_grad and vjp (first order), not by jvp, nested "
                         f"derivatives or dualbcast.jit; compute a NumPy array first "

@@ -102,6 +102,13 @@ def numpy_only(*values):
             "sums, means, slices and reshapes have one)")
 
 
+def as_array(x):
+    """``x`` as a NumPy array (a NumPy or Python scalar too); a traced value as it is; a
+    Dask array refused (:func:`numpy_only`)."""
+    numpy_only(x)
+    return x if type(x) is Box else np.asarray(x)
+
+
 def nan_safe_product(g, local):
     """:func:`nan_safe` as a function of its own, recorded when a factor is traced (a
     backward pass being differentiated): its derivatives are NaN-safe products too."""

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..core.box import Box, apply, constant, unbox
 from ..core.registry import defjvp, defrule
-from .common import nan_safe, no_out, numpy_only, shape_of, unbroadcast
+from .common import as_array, nan_safe, no_out, shape_of, unbroadcast
 
 
 def multilinear(func):
@@ -26,18 +26,13 @@ def multilinear(func):
     return jvp
 
 
-def _array(x):
-    numpy_only(x)
-    return x if type(x) is Box else np.asarray(x)
-
-
 def _as_matrices(g, a, b):
     # matmul treats a vector as a matrix with a 1 inserted, then removed: do the same to
     # the operands and the cotangent, so one pair of formulas covers every case.
-    a, b = _array(a), _array(b)
+    a, b = as_array(a), as_array(b)
     a2 = a[None, :] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
-    g2 = _array(g)
+    g2 = as_array(g)
     if b.ndim == 1:
         g2 = g2[..., None]
     if a.ndim == 1:

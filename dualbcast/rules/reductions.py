@@ -9,7 +9,7 @@ import numpy as np
 
 from ..core.box import Box, apply, constant
 from ..core.registry import LINEAR, defjvp, defrule
-from .common import (broadcast_lazily, constant_dtype, is_lazy, nan_safe, no_out, numpy_only,
+from .common import (as_array, broadcast_lazily, constant_dtype, is_lazy, nan_safe, no_out,
                      shape_of)
 
 
@@ -56,16 +56,10 @@ def _mean_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
 
 
 def _prod_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
-    x = _array(x)
+    x = as_array(x)
     if x.size == 0:
         return np.zeros(x.shape, np.result_type(g, x))    # nothing to differentiate
     return nan_safe(_restore(g, x.shape, axis, keepdims), _product_of_others(x, axis))
-
-
-def _array(x):
-    """``x`` as an array (a NumPy or Python scalar too); a traced value as it is."""
-    numpy_only(x)
-    return x if type(x) is Box else np.asarray(x)
 
 
 def _product_of_others(x, axis):
@@ -84,7 +78,7 @@ def _product_of_others(x, axis):
 
 
 def _prod_jvp(tangents, ans, x, axis=None, keepdims=False, dtype=None):
-    x = _array(x)
+    x = as_array(x)
     if x.size == 0:
         return None                 # the empty product: a constant 1
     return _summed(nan_safe(tangents[0], _product_of_others(x, axis)), axis=axis,
