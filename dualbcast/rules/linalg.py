@@ -7,7 +7,7 @@ import operator
 
 import numpy as np
 
-from ..core.box import Box, apply, constant, unbox
+from ..core.box import apply, constant, unbox
 from ..core.registry import defjvp, defrule
 from .common import as_array, nan_safe, no_out, shape_of, unbroadcast
 
