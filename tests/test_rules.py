@@ -463,8 +463,8 @@ def test_var_std_with_ddof_at_least_n_give_numpys_value(func, shape, ddof, axis)
         np.testing.assert_array_equal(grad, 0.0)
 
 
-@pytest.mark.parametrize("attribute", ["round", "real", "imag", "sort", "fill", "cumprod",
-                                       "conj", "choose"])
+@pytest.mark.parametrize("attribute", ["real", "imag", "choose", "compress", "argpartition",
+                                       "resize"])
 def test_ndarray_attributes_without_a_rule_say_so(attribute):
     def f(x):
         getattr(x, attribute)
@@ -474,9 +474,44 @@ def test_ndarray_attributes_without_a_rule_say_so(attribute):
         db.grad(f)(np.ones(3))
 
 
+def test_methods_match_their_functions():
+    # x.take(i) is np.take(x, i) and so on: the methods whose functions have rules work
+    # (the README says methods work).  Their functions' rules are held to autograd
+    # elsewhere; here each method gives its function's gradient bit for bit, and central
+    # differences agree.
+    x = RNG.uniform(0.5, 1.5, (3, 3))
+    weights = RNG.standard_normal(64)
+
+    def combine(parts):
+        flat = np.concatenate([np.ravel(p) for p in parts])
+        return np.sum(flat * weights[:flat.shape[0]])
+
+    def f(x):
+        return combine((x.take([0, 4, 4]), x.repeat(2, axis=1), x.diagonal(), x.trace() ** 2,
+                        x.cumprod(axis=0), x.round(), x.conj()[:1]))
+
+    def f_functions(x):
+        return combine((np.take(x, [0, 4, 4]), np.repeat(x, 2, axis=1), np.diagonal(x),
+                        np.trace(x) ** 2, np.cumprod(x, axis=0), np.round(x),
+                        np.conjugate(x)[:1]))
+    np.testing.assert_array_equal(db.grad(f)(x), db.grad(f_functions)(x))
+    check_grads(f, x)
+    # searchsorted gives indices: a constant.
+    np.testing.assert_array_equal(db.grad(lambda x: np.sum(x * x.ravel().searchsorted(1.0)))(x),
+                                  np.searchsorted(x.ravel(), 1.0))
+
+
+@pytest.mark.parametrize("method, instead", [("sort", "np.sort"), ("partition", "np.sort"),
+                                             ("fill", "np.full_like"), ("put", "np.where")])
+def test_in_place_methods_name_the_function_to_use(method, instead):
+    with pytest.raises(TypeError, match=rf"x\.{method}\(\.\.\.\) writes into a traced "
+                                        rf"array in place.*{instead}"):
+        db.grad(lambda x: getattr(x, method)(0) or np.sum(x))(np.ones(3))
+
+
 def test_attributes_that_ndarrays_lack_stay_attribute_errors():
     def f(x):
-        assert not hasattr(x, "round")          # (a NoGradientRule is an AttributeError)
+        assert not hasattr(x, "real")           # (a NoGradientRule is an AttributeError)
         assert getattr(x, "_private", None) is None
         x.no_such_attribute
     with pytest.raises(AttributeError, match="no attribute 'no_such_attribute'") as info:

@@ -374,6 +374,14 @@ def _in_place(name):
     return method
 
 
+def _writing(name, instead):
+    def method(self, *args, **kwargs):
+        raise TypeError(f"x.{name}(...) writes into a traced array in place: traced values "
+                        f"are immutable (a write would change a value the gradient depends "
+                        f"on); use {instead} instead")
+    return method
+
+
 def _detaching(what):
     def method(self, *args, **kwargs):
         raise TypeError(f"{what} of a traced value would detach it from the gradient; "
@@ -517,6 +525,7 @@ class Box(Traced):
     var = _method(np.var)
     std = _method(np.std)
     cumsum = _method(np.cumsum)
+    cumprod = _method(np.cumprod)
     dot = _method(np.dot)
     clip = _method(np.clip)
     ravel = _method(np.ravel)
@@ -531,6 +540,22 @@ class Box(Traced):
     nonzero = _method(np.nonzero)
     any = _method(np.any)
     all = _method(np.all)
+    # Methods whose NumPy functions have rules: x.take(i) is np.take(x, i), and so on.
+    take = _method(np.take)
+    repeat = _method(np.repeat)
+    diagonal = _method(np.diagonal)
+    trace = _method(np.trace)
+    round = _method(np.round)
+    searchsorted = _method(np.searchsorted)
+    # NumPy's in-place methods (x.sort() returns None) name the function to use instead.
+    sort = _writing("sort", "x = np.sort(x)")
+    partition = _writing("partition", "x = np.sort(x)")
+    fill = _writing("fill", "np.full_like(x, value)")
+    put = _writing("put", "np.where or np.concatenate")
+
+    def conj(self):
+        return np.conjugate(self)   # a ufunc: through __array_ufunc__
+    conjugate = conj
 
     def copy(self):
         return self                 # boxes are immutable: sharing is a copy
