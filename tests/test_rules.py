@@ -519,6 +519,22 @@ def test_attributes_that_ndarrays_lack_stay_attribute_errors():
     assert not isinstance(info.value, NotImplementedError)
 
 
+def test_scipy_functions_without_rules_are_named_as_users_call_them():
+    special = pytest.importorskip("scipy.special")
+    # A SciPy ufunc says its module is numpy's: name it scipy.special.gammaln.
+    with pytest.raises(NotImplementedError,
+                       match=r"no gradient rule for scipy\.special\.gammaln \(called"):
+        db.grad(lambda x: np.sum(special.gammaln(x)))(np.ones(3))
+    # logsumexp converts its argument with NumPy: the error names it, not only asarray.
+    with pytest.raises(TypeError, match=r"inside scipy\.special\S*\.logsumexp, which "
+                                        r"converts its arguments to NumPy arrays"):
+        db.grad(lambda x: special.logsumexp(x))(np.ones(3))
+    # The user's own np.asarray names no library.
+    with pytest.raises(TypeError, match=r"of a traced value would detach") as info:
+        db.grad(lambda x: np.sum(np.asarray(x)))(np.ones(3))
+    assert "inside" not in str(info.value)
+
+
 def test_writing_a_traced_value_into_a_numpy_array_says_what_to_do():
     # NumPy asks the box for float(); it replaces that error by "setting an array
     # element with a sequence" (a box has __getitem__), keeping ours as its cause.

@@ -15,6 +15,9 @@ scalar code is :mod:`.operators`; their general path is :func:`_operator` here.
 """
 import math
 import operator
+import os
+import sys
+import sysconfig
 
 import numpy as np
 
@@ -248,8 +251,17 @@ def call_ufunc(ufunc, inputs):
         return apply(ufunc, vjps, inputs, scalar_vjps=SCALAR_UFUNC_VJPS.get(ufunc))
     if ufunc in CONSTANTS:
         return constant(ufunc, inputs)
-    raise NotImplementedError(f"dualbcast has no gradient rule for numpy.{ufunc.__name__} "
+    raise NotImplementedError(f"dualbcast has no gradient rule for {_ufunc_name(ufunc)} "
                               f"(called on a traced value)")
+
+
+def _ufunc_name(ufunc):
+    # SciPy's ufuncs (scipy.special.gammaln) say nothing of their module: name the one
+    # users import them from.
+    for module in ("numpy", "scipy.special"):
+        if getattr(sys.modules.get(module), ufunc.__name__, None) is ufunc:
+            return f"{module}.{ufunc.__name__}"
+    return f"the ufunc {ufunc.__name__}"
 
 
 def call_function(func, args, kwargs):
@@ -382,9 +394,37 @@ def _writing(name, instead):
     return method
 
 
+_LIBRARY_DIRS = tuple({os.path.realpath(sysconfig.get_paths()[key]) + os.sep
+                       for key in ("purelib", "platlib", "stdlib")})
+_OUR_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+
+
+def _library_caller():
+    """``" inside scipy.special._logsumexp.logsumexp, ..."`` when the conversion happens
+    in an installed library's function called with a traced value (the user called
+    that function, not np.asarray), else ``""``."""
+    frame, outermost = sys._getframe(2), None
+    while frame is not None:
+        path = os.path.realpath(frame.f_code.co_filename)
+        if path.startswith(_OUR_DIR):
+            pass
+        elif path.startswith(_LIBRARY_DIRS):
+            outermost = frame
+        else:
+            break               # the user's code: the library frames below it are theirs
+        frame = frame.f_back
+    if outermost is None or outermost.f_globals.get("__name__", "").startswith("numpy"):
+        return ""
+    code, module = outermost.f_code, outermost.f_globals.get("__name__", "?")
+    name = f"{module}.{getattr(code, 'co_qualname', code.co_name)}"     # (3.11+: qualname)
+    return (f" (inside {name}, which converts its arguments to NumPy arrays: dualbcast "
+            f"has no gradient rule for it)")
+
+
 def _detaching(what):
     def method(self, *args, **kwargs):
-        raise TypeError(f"{what} of a traced value would detach it from the gradient; "
+        raise TypeError(f"{what} of a traced value{_library_caller()} would detach it "
+                        f"from the gradient; "
                         f"build arrays of traced values with np.stack, np.concatenate, "
                         f"np.where or arithmetic instead (a list of traced scalars, then "
                         f"np.stack(list)), or call dualbcast.stop_gradient(x) first if a "
