@@ -306,13 +306,28 @@ def test_uncompilable_kernel_names_kernel_and_types_and_chains_numba():
         uses_frexp.value_and_partials(3.0)
     assert isinstance(info.value.__cause__, numba.core.errors.NumbaError)
     assert isinstance(info.value, TypeError)
+    # One line first: what the kernel used, where, and what to use instead.
+    message = str(info.value)
+    assert "\n" not in message
+    assert "it calls frexp(Dual(float64, 1)), which has no implementation" in message
+    assert "(line " in message and "return math.frexp(x)[0]" in message
+    assert "a differentiated argument is a dual number" in message
 
     @db.fast_broadcast
     def uses_attribute(x):
         return x.no_such_attribute
 
-    with pytest.raises(KernelCompileError, match=r"'uses_attribute'.*\(float64\)"):
+    with pytest.raises(KernelCompileError, match=r"'uses_attribute'.*\(float64\)") as info:
         uses_attribute(np.ones(2))
+    assert "no_such_attribute" in str(info.value).splitlines()[0]
+
+    @db.fast_broadcast
+    def uses_a_string(x):
+        return len("a" + x)
+
+    with pytest.raises(KernelCompileError, match=r"it calls add\(.*str.*float64\).*a kernel "
+                                                 r"works on scalars"):
+        uses_a_string(np.ones(2))
 
 
 @pytest.mark.parametrize("body", [lambda x: (x, x), lambda x: np.ones(3) * x, lambda x: None])

@@ -22,6 +22,7 @@ from ..foreign import is_dask_array
 from .arguments import plan_call, signature_key
 from .cache import kernel_fingerprint
 from .dependencies import Dependencies, FrozenDependencyChanged, refresh_helper
+from .errors import summary
 from .loops import ACCUMULATE, REGISTER, STORE, TANGENT_MODES, LoopSpec, compile_loop
 from .prepared import PreparedCall
 from .tangents import TangentCall
@@ -423,9 +424,11 @@ class FastBroadcast:
         try:
             self.scalar_kernel.compile(argtypes)
         except NumbaError as kernel_err:
+            why = summary(kernel_err)
             raise KernelCompileError(
                 f"@fast_broadcast kernel {self.__name__!r} cannot be compiled for argument "
-                f"types ({described}); Numba's error is chained above") from kernel_err
+                f"types ({described}){': ' + why if why else ''}. Numba's error is chained "
+                f"above") from kernel_err
         returned = self.scalar_kernel.overloads[argtypes].signature.return_type
         if not isinstance(returned, (DualType, types.Float, types.Integer, types.Boolean)):
             raise TypeError(f"@fast_broadcast kernel {self.__name__!r} must return one scalar; "
