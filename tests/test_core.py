@@ -32,6 +32,32 @@ def test_gradient_has_the_structure_shapes_and_dtypes_of_the_argument():
     np.testing.assert_array_equal(g["p"].x, [1.5, 1.5])
 
 
+def test_a_defaultdict_gives_a_defaultdict_with_its_default_factory():
+    """As in JAX: a defaultdict's gradient, cotangent and tangent are defaultdicts of
+    the same factory (they came back plain dicts: the factory was lost rebuilding)."""
+    params = collections.defaultdict(list, {"a": 2.0, "b": [collections.defaultdict(
+        float, {"w": np.ones(2)})]})
+
+    def f(p):
+        return p["a"] ** 2 * np.sum(p["b"][0]["w"])
+
+    def check(tree):
+        assert type(tree) is collections.defaultdict and tree.default_factory is list
+        inner = tree["b"][0]
+        assert type(inner) is collections.defaultdict and inner.default_factory is float
+    g = db.grad(f)(params)
+    check(g)
+    assert g["a"] == 8.0
+    np.testing.assert_array_equal(g["b"][0]["w"], [4.0, 4.0])
+    assert g["missing"] == [] and g["b"][0]["missing"] == 0.0     # the factories work
+    check(db.vjp(lambda p: p, params)[1](params)[0])
+    check(db.jvp(lambda p: p, (params,), (params,))[1])
+    check(db.jit(db.grad(f))(params))
+    # a plain dict is a cotangent of the same structure
+    check(db.vjp(f, params)[1](1.0)[0])
+    db.vjp(lambda p: p, params)[1]({"a": 1.0, "b": [{"w": np.ones(2)}]})
+
+
 @pytest.mark.parametrize("x", [2.0, np.float32(2.0), np.float64(2.0), np.array(2.0),
                                np.array(2.0, np.float32), np.array([2.0], np.float16)])
 def test_scalar_kinds_and_dtypes_are_kept(x):
@@ -251,6 +277,40 @@ def test_argnums_errors():
         db.grad(f, argnums=(0, 0))
     with pytest.raises(TypeError, match="argnums"):
         db.grad(f, argnums=1.0)
+
+
+@pytest.mark.parametrize("outer", [
+    lambda inner, x: db.grad(lambda x: np.sum(inner(x)))(x),
+    lambda inner, x: db.jvp(inner, (x,), (x,)),
+    lambda inner, x: db.jacobian(inner)(x),
+    lambda inner, x: db.hessian(lambda x: np.sum(inner(x)))(x),
+    lambda inner, x: db.vjp(inner, x),
+], ids=["grad", "jvp", "jacobian", "hessian", "vjp"])
+@pytest.mark.parametrize("closure", [False, True])
+def test_out_inside_another_transform_is_refused_before_f_runs(outer, closure):
+    """A gradient traced by an enclosing transform cannot be written into a plain out
+    array: refused saying so, before f runs (the error said the out array, of the right
+    shape and dtype, had the wrong ones; or, the argument untraced but f closing over
+    a traced value, that writing the gradient 'would detach' it)."""
+    buffer, calls = np.zeros(2), []
+
+    def f(y, c):
+        calls.append(1)
+        return np.sum(y ** 3) * c
+
+    def inner(x):
+        if closure:         # the gradient depends on the outer trace through f's c
+            return db.value_and_grad(f, out=buffer)(np.ones(2), np.sum(x))[1]
+        return db.value_and_grad(f, out=buffer)(x, 1.0)[1]
+    with pytest.raises(TypeError, match="out= cannot be used inside another transform"):
+        outer(inner, np.array([1.0, 2.0]))
+    assert not calls and not buffer.any()
+    with pytest.raises(TypeError, match=r"\(here an enclosing jvp\)"):
+        db.jvp(inner, (np.ones(2),), (np.ones(2),))
+    # without out=, the same programs differentiate
+    np.testing.assert_array_equal(
+        db.jvp(lambda x: db.grad(f)(x, 1.0), (np.array([1.0, 2.0]),), (np.ones(2),))[1],
+        [6.0, 12.0])
 
 
 @pytest.mark.parametrize("write", [

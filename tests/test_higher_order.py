@@ -276,6 +276,66 @@ def test_matrices_compose_with_grad_and_each_other():
         autograd.jacobian(autograd.jacobian(lambda x: anp.sin(x) * x[0]))(x), rtol=1e-13)
 
 
+@pytest.mark.parametrize("mode", ["auto", "forward", "reverse"])
+def test_jacobian_of_an_empty_input_has_the_output_shape_in_front(mode):
+    """``out.shape + x.shape`` when x is empty too (forward mode took the output's shape
+    from the columns it ran, none for an empty input, and auto mode takes columns when
+    there are more outputs than inputs: (0,) and (0, 4) came back)."""
+    assert db.jacobian(lambda t: np.sum(t) * np.ones(2), mode=mode)(np.zeros(0)).shape == (2, 0)
+    jac = db.jacobian(lambda t: np.sum(t) * np.ones((2, 3)), mode=mode)(np.zeros((0, 4)))
+    assert jac.shape == (2, 3, 0, 4) and jac.dtype == np.float64
+    js, jt = db.jacobian(lambda s, t: np.sin(s) * np.ones(2) + np.sum(t), (0, 1),
+                         mode=mode)(0.5, np.zeros((0, 3)))
+    np.testing.assert_array_equal(js, np.cos(0.5) * np.ones(2))
+    assert jt.shape == (2, 0, 3)
+    # under an enclosing transform too
+    assert db.jvp(lambda a: db.jacobian(lambda t: np.sum(t) * a, mode=mode)(np.zeros(0)),
+                  (np.ones(2),), (np.ones(2),))[1].shape == (2, 0)
+
+
+@pytest.mark.parametrize("transform", [
+    db.grad, db.value_and_grad, db.hessian, db.jacobian,
+    lambda f, argnums: db.jacobian(f, argnums, mode="forward"),
+    lambda f, argnums: db.jacobian(f, argnums, mode="reverse")])
+def test_every_transform_refuses_an_argument_named_twice(transform):
+    """``argnums=(0, -2)`` of a two-argument function names argument 0 twice: jacobian
+    returned a zero block beside the real one; it is refused as grad refuses it."""
+    f = lambda a, b: a * b                          # noqa: E731
+    with pytest.raises(ValueError, match=r"\(called with 2 positional arguments\): "
+                                         r"argnums=\(0, -2\) repeats an argument"):
+        transform(f, argnums=(0, -2))(1.0, 2.0)
+    with pytest.raises(ValueError, match=r"argnums=\(1, 1\) repeats an argument"):
+        transform(f, argnums=(1, 1))
+    with pytest.raises(ValueError, match=r"argnums=\(0, 2\) is out of range for 2 arguments"):
+        transform(f, argnums=(0, 2))(1.0, 2.0)
+
+
+def test_a_pullback_is_differentiable_in_its_cotangent_and_its_primal():
+    """The issue's example (the pullback converted a traced cotangent with np.array:
+    "would detach"), by grad, jvp, jacobian and hessian, through a kernel too; closed
+    forms: pullback(x, t) = f'(x) t."""
+    def pull(x, t):
+        return db.vjp(lambda s: s * s, x)[1](t)[0]
+    assert db.grad(pull, 1)(2.0, 1.0) == 4.0
+    assert db.grad(pull, (0, 1))(2.0, 3.0) == (6.0, 4.0)
+    assert db.jvp(lambda t: pull(2.0, t), (1.0,), (1.0,)) == (4.0, 4.0)
+    x = np.array([2.0, 3.0])
+    for mode in ("forward", "reverse"):
+        np.testing.assert_array_equal(db.jacobian(lambda t: pull(x, t), mode=mode)(np.ones(2)),
+                                      np.diag([4.0, 6.0]))
+    h = db.hessian(lambda x, t: np.sum(pull(x, t)), (0, 1))(x, np.ones(2))
+    np.testing.assert_array_equal(np.block([list(row) for row in h]),
+                                  [[0, 0, 2, 0], [0, 0, 0, 2], [2, 0, 0, 0], [0, 2, 0, 0]])
+    # a kernel: the cotangent's derivative is first order, the primal's second
+    x, t = np.array([0.1, 0.4]), np.array([1.5, -0.5])
+    d1, d2 = -3.0 * np.exp(-3.0 * (x + 1.0)), 9.0 * np.exp(-3.0 * (x + 1.0))
+    gx, gt = db.grad(lambda x, t: np.sum(db.vjp(rho, x)[1](t)[0]), (0, 1))(x, t)
+    np.testing.assert_allclose(gx, d2 * t, rtol=1e-14)
+    np.testing.assert_allclose(gt, d1, rtol=1e-14)
+    np.testing.assert_allclose(db.jvp(lambda t: db.vjp(rho.sum, x)[1](t)[0], (2.0,), (1.0,))[1],
+                               d1, rtol=1e-14)
+
+
 # ------------------------------------------------------------------ property tests
 
 @settings(max_examples=examples(25), deadline=None)
@@ -309,6 +369,17 @@ def test_jvp_errors_name_the_problem():
         db.jvp(lambda t: t[0], ((1.0, 2.0),), (1.0,))
     with pytest.raises(TypeError, match="float"):
         db.jacobian(np.sin)(np.arange(3))
+
+
+def test_jacobian_and_hessian_of_a_dask_array_say_they_take_none():
+    """Not "must be a float array, not Array of dtype float64": the Dask array's
+    dtype is right, its kind is not supported there."""
+    da = pytest.importorskip("dask.array")
+    x = da.ones(3, chunks=2)
+    for transform in (db.hessian, db.jacobian):
+        with pytest.raises(TypeError, match="argument 0 is a Dask array; Dask arrays are "
+                                            "differentiated by grad, value_and_grad and vjp"):
+            transform(lambda x: np.sum(x ** 2))(x)
 
 
 def test_declared_rules_do_not_transpose(monkeypatch):

@@ -60,7 +60,10 @@ def value_and_grad(f: Callable, argnums: Argnums = 0, *, out: Any = None) -> Cal
     (allocate as usual) for each leaf.  The same arrays are returned on every call, so
     a caller that keeps a gradient across calls (an optimiser's previous step) must
     copy it.  A gradient computed whole by a kernel's ``k.sum`` rule is written there
-    directly: a repeated call allocates nothing of the gradient's size.
+    directly: a repeated call allocates nothing of the gradient's size.  ``out`` is
+    refused (``TypeError``) inside another transform (``grad``, ``jvp``, ``jacobian``,
+    ``hessian``, a staging ``dualbcast.jit``): the gradient is traced there, and an
+    array cannot hold it.
 
     >>> import numpy as np, dualbcast as db
     >>> db.value_and_grad(lambda x, a: a * np.sum(x), argnums=(0, 1))(np.ones(2), 3.0)
@@ -86,7 +89,9 @@ def vjp(f: Callable, *primals: Any) -> tuple[Any, Callable]:
     """``(f(*primals), pullback)``: ``pullback(cotangent)`` returns one cotangent per
     primal (a tuple), each with its primal's structure, shapes and dtypes.  ``f`` may
     return any nested structure of arrays; ``cotangent`` must have the same structure
-    and shapes.  The pullback may be called many times.
+    and shapes.  The pullback may be called many times, and differentiated (``grad``,
+    ``jvp``, ``jacobian``) with respect to its cotangent and, inside a transform that
+    traces them, the primals.
 
     >>> import numpy as np, dualbcast as db
     >>> y, pullback = db.vjp(np.sin, np.array([0.0, 1.0]))
@@ -121,13 +126,23 @@ def vjp(f: Callable, *primals: Any) -> tuple[Any, Callable]:
                 raise ValueError(f"vjp pullback: a cotangent of shape {np.shape(ct)} for an "
                                  f"output of shape {np.shape(value)}")
             if type(out_leaf) is Box:
-                # A copy: the backward pass may add into a seed, and must not hand the
-                # caller's own array back as a gradient.
-                dtype = value.dtype if hasattr(value, "dtype") else np.result_type(value)
-                seeds.append((out_leaf.slot, ct.astype(dtype) if is_dask_array(ct)
-                              else np.array(ct, dtype=dtype)))
+                seeds.append((out_leaf.slot, _seed(ct, value)))
         return gradients(backward(tape, seeds), inputs)
     return unflatten(out_tree, out_values), pullback
+
+
+def _seed(ct, value):
+    """The cotangent ``ct`` of the output ``value`` as a seed of the backward pass: of
+    the output's dtype; a copy (the backward pass may add into a seed, and must not
+    hand the caller's own array back as a gradient), but for a cotangent traced by an
+    enclosing transform (the pullback differentiated with respect to it), kept traced:
+    the backward pass then runs as operations that transform records."""
+    dtype = value.dtype if hasattr(value, "dtype") else np.result_type(value)
+    if type(ct) is Box:
+        return ct if ct.dtype == dtype else ct.astype(dtype)
+    if is_dask_array(ct):
+        return ct.astype(dtype)
+    return np.array(ct, dtype=dtype)
 
 
 def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:

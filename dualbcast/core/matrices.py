@@ -15,9 +15,10 @@ from typing import Callable, Sequence, Union
 
 import numpy as np
 
+from ..foreign import is_dask_array
 from .api import grad, jvp, vjp
 from .box import Box
-from .trace import name_of
+from .trace import ArgumentPositions, name_of
 
 Argnums = Union[int, Sequence[int]]
 
@@ -41,18 +42,19 @@ def jacobian(f: Callable, argnums: Argnums = 0, *, mode: str = "auto") -> Callab
     if mode not in ("auto", "forward", "reverse"):
         raise ValueError(f"jacobian: mode must be 'auto', 'forward' or 'reverse', not "
                          f"{mode!r}")
-    positions, single = _positions(argnums, f)
+    positions_for = _positions(argnums, f)
+    single = positions_for.single
 
     @functools.wraps(f)
     def jacobian_f(*args):
-        inputs, of_inputs = _restricted(f, args, positions, _checked_output)
+        inputs, of_inputs = _restricted(f, args, positions_for, _checked_output)
         sizes = [_size(x) for x in inputs]
         if mode == "forward":
             blocks = _by_columns(of_inputs, inputs, sizes)
         else:
             out, pullback = vjp(of_inputs, *inputs)
             if mode == "auto" and _size(out) > sum(sizes):
-                blocks = _by_columns(of_inputs, inputs, sizes)
+                blocks = _by_columns(of_inputs, inputs, sizes, _shape(out))
             else:
                 blocks = _by_rows(out, pullback, inputs)
         return blocks[0] if single else tuple(blocks)
@@ -74,14 +76,15 @@ def hessian(f: Callable, argnums: Argnums = 0) -> Callable:
     array([[6., 2.],
            [2., 0.]])
     """
-    positions, single = _positions(argnums, f)
-    gradient = grad(f, argnums=positions[0] if single else tuple(positions))
+    positions_for = _positions(argnums, f)
+    single = positions_for.single
+    gradient = grad(f, argnums)
 
     @functools.wraps(f)
     def hessian_f(*args):
         inputs, gradient_of_inputs = _restricted(
             lambda *full: gradient(*full) if single else _flat_concatenation(gradient(*full)),
-            args, positions)
+            args, positions_for)
         blocks = _by_rows(*vjp(gradient_of_inputs, *inputs), inputs)
         if single:
             return blocks[0]
@@ -96,10 +99,13 @@ def hessian(f: Callable, argnums: Argnums = 0) -> Callable:
     return hessian_f
 
 
-def _restricted(f, args, positions, check=None):
-    """The differentiated arguments of a call of ``f`` and ``f`` as a function of them
-    alone (the other arguments as given)."""
-    chosen = _checked(args, positions, f)
+def _restricted(f, args, positions_for, check=None):
+    """The differentiated arguments of a call of ``f`` (``positions_for``: its
+    :class:`.trace.ArgumentPositions`) and ``f`` as a function of them alone (the other
+    arguments as given)."""
+    chosen = positions_for(len(args))[0]
+    for i in chosen:
+        _check_input(args[i], i)
 
     def of_inputs(*xs):
         full = list(args)
@@ -132,9 +138,13 @@ def _by_rows(out, pullback, inputs):
             for block, x in zip(rows, inputs)]
 
 
-def _by_columns(f, inputs, sizes):
-    """The Jacobian blocks from one forward-mode run of ``f`` per input element."""
-    blocks, out_shape = [], ()
+def _by_columns(f, inputs, sizes, out_shape=None):
+    """The Jacobian blocks from one forward-mode run of ``f`` per input element
+    (``out_shape``: the shape of ``f``'s output, when the caller knows it)."""
+    if out_shape is None and not any(sizes):
+        # No column to run: the output's shape is still the blocks' leading shape.
+        out_shape = _shape(f(*inputs))
+    blocks = []
     zeros = [_zero_tangent(x) for x in inputs]
     for k, (x, size) in enumerate(zip(inputs, sizes)):
         columns = []
@@ -175,38 +185,37 @@ def _size(x):
 
 
 def _positions(argnums, f):
-    if isinstance(argnums, (int, np.integer)):
-        return (int(argnums),), True
-    try:
-        positions = tuple(int(i) for i in argnums)
-    except TypeError:
-        raise TypeError(f"argnums must be an int or a tuple of ints, not {argnums!r}") from None
-    if not positions or len(set(positions)) != len(positions):
-        raise ValueError(f"argnums must be non-empty and without repeats, got {argnums!r}")
-    return positions, False
+    """``argnums`` checked as ``grad`` checks them (the same errors: a repeated or
+    out-of-range argument), and not empty: a Jacobian of nothing is a mistake."""
+    positions_for = ArgumentPositions(argnums, f)
+    if not positions_for.single and not len(argnums):
+        raise ValueError(f"{name_of(f)}: argnums must name at least one argument, "
+                         f"got {argnums!r}")
+    return positions_for
 
 
-def _checked(args, positions, f):
-    """``positions`` as non-negative positions of ``args``, each a float scalar or
-    float array (Jacobians of nested structures are not supported)."""
-    chosen = []
-    for i in positions:
-        if not -len(args) <= i < len(args):
-            raise ValueError(f"argnums {i} is out of range: {name_of(f)} was called with "
-                             f"{len(args)} positional arguments")
-        x = args[i]
-        if type(x) is not Box and not (isinstance(x, (float, np.floating)) or
-                                       isinstance(x, np.ndarray) and x.dtype.kind == "f"):
-            raise TypeError(f"jacobian/hessian: argument {i % len(args)} must be a float "
-                            f"scalar or a float array, not {type(x).__name__}"
-                            f"{' of dtype ' + str(x.dtype) if hasattr(x, 'dtype') else ''}")
-        chosen.append(i % len(args))
-    return chosen
+def _check_input(x, i):
+    """A float scalar or float array (Jacobians of nested structures are not
+    supported), or a value traced by an enclosing transform."""
+    if is_dask_array(x):
+        raise TypeError(_DASK.format(what=f"argument {i}"))
+    if type(x) is not Box and not (isinstance(x, (float, np.floating)) or
+                                   isinstance(x, np.ndarray) and x.dtype.kind == "f"):
+        raise TypeError(f"jacobian/hessian: argument {i} must be a float scalar or a float "
+                        f"array, not {type(x).__name__}"
+                        f"{' of dtype ' + str(x.dtype) if hasattr(x, 'dtype') else ''}")
+
+
+_DASK = ("jacobian/hessian: {what} is a Dask array; Dask arrays are differentiated by grad, "
+         "value_and_grad and vjp (first order), not by jacobian, hessian, jvp or nested "
+         "derivatives: compute a NumPy array first (x.compute())")
 
 
 def _checked_output(out, f):
     if type(out) is Box or isinstance(out, (float, np.floating)) or \
             isinstance(out, np.ndarray) and out.dtype.kind == "f":
         return out
+    if is_dask_array(out):
+        raise TypeError(_DASK.format(what=f"the output of {name_of(f)}"))
     raise TypeError(f"jacobian: {name_of(f)} must return a float array or scalar, not "
                     f"{type(out).__name__}")

@@ -1,6 +1,8 @@
 """Nested tuples, lists, dicts and namedtuples of leaves ("pytrees"), flattened and
-rebuilt: how arguments, gradients and cotangents keep their user's structure."""
+rebuilt: how arguments, gradients and cotangents keep their user's structure (a
+dict's type too: an OrderedDict, a defaultdict with its default_factory)."""
 
+from collections import defaultdict
 from itertools import islice
 
 import numpy as np
@@ -37,11 +39,39 @@ def _flatten(node, leaves):
         return (kind, None, tuple(_flatten(child, leaves) for child in node))
     if isinstance(node, dict):
         keys = tuple(node)
+        if isinstance(node, defaultdict):
+            kind = DefaultDictOf(kind, node.default_factory)
         return (kind, keys, tuple(_flatten(node[k], leaves) for k in keys))
     if node is None:
         return (None, None, ())
     leaves.append(node)
     return LEAF
+
+
+class DefaultDictOf:
+    """The kind of a ``defaultdict`` node: its type and its ``default_factory``, which
+    a rebuilt tree keeps (a gradient of a defaultdict is one with the same factory, as
+    in JAX); trees whose factories differ differ in structure."""
+
+    __slots__ = ("type", "factory")
+
+    def __init__(self, type_, factory):
+        self.type, self.factory = type_, factory
+
+    def __call__(self, items):
+        tree = self.type(self.factory)
+        tree.update(items)
+        return tree
+
+    def __eq__(self, other):
+        return type(other) is DefaultDictOf and self.type is other.type \
+            and self.factory == other.factory
+
+    def __hash__(self):
+        return hash(self.type)          # (the factory need not be hashable)
+
+    def __repr__(self):
+        return f"{self.type.__name__}({self.factory!r})"
 
 
 def flatten_like(tree, treedef, none_leaves=False):

@@ -92,6 +92,8 @@ def value_and_gradient(f, args, positions, out, single, forward, gradients_of=ba
     arguments are not needed); ``gradients_of(tape, seeds)`` is the backward pass;
     ``recorder``: the tape's (:class:`.tape.Recorder`); ``out``: see
     :func:`.api.value_and_grad`."""
+    if out is not None and getattr(_current, "tape", None) is not None:
+        raise TypeError(_out_under_transform(_current.tape))
     # (tracing spelled out: a contextlib manager costs ~2 µs a call, a tenth of a
     # small gradient)
     tape = start_tracing(True, recorder)
@@ -117,6 +119,18 @@ def value_and_gradient(f, args, positions, out, single, forward, gradients_of=ba
                 grads[box.slot] = target
         results = gradients(grads, inputs, {id(target) for _, target in targets})
     return value, (results[0] if single else results)
+
+
+def _out_under_transform(outer):
+    """Why ``out=`` is refused inside another trace: what that trace computes on is
+    traced (the gradient too, whenever it depends on the trace's values), and a plain
+    array cannot hold a traced value.  Refused whatever the gradient depends on, before
+    ``f`` runs: whether ``out=`` works must not depend on the data flow."""
+    what = ("jvp" if outer.tangents is not None else
+            "dualbcast.jit trace" if outer.staging else "grad, vjp, jacobian or hessian")
+    return (f"value_and_grad: out= cannot be used inside another transform (here an "
+            f"enclosing {what}): the gradient is traced there, and out= holds plain "
+            f"arrays; call value_and_grad without out= inside it")
 
 
 def trace_arguments(tape, args, positions, copy_arrays=False, rebuild=True):
