@@ -169,8 +169,11 @@ def _sum_vjp(gradient, single_use):
     lazy = is_lazy(gradient)
 
     def vjp(g, ans, *args):
-        if lazy or type(g) not in SCALARS and is_lazy(g):
-            return nan_safe(g, gradient)    # Dask: lazy ("g == 0?" would compute g now)
+        if lazy or type(g) not in SCALARS and (is_lazy(g) or type(g) is Box):
+            # Dask: lazy ("g == 0?" would compute g now); a traced cotangent (a gradient
+            # differentiated with respect to what scales it): a product its trace
+            # records, never written into the buffer
+            return nan_safe(g, gradient)
         if g == 0:                      # NaN-safe: no influence, no gradient
             return np.zeros(shape_of(gradient), np.result_type(gradient))[()]
         if g - g != 0:                  # g infinite or nan: a zero partial stays 0

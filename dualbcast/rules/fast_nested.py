@@ -12,10 +12,15 @@ arguments are traced by more than one trace, or by a forward-mode one.
   :class:`KernelOutput`, whose cotangent a partial sends back is a Hessian-vector
   product too (the Hessian is symmetric).
 
+Orders are counted in the kernel's arguments, not in the nesting: a tangent or a
+cotangent enters every output linearly, so differentiating with respect to one (``grad``
+of ``jvp(k.sum, x; t)`` in ``t``: the gradient; ``jvp(grad(k.sum), x; v)`` in ``v``: the
+Hessian) needs no derivative the loops do not give (:func:`run_loop`).
+
 Inside ``dualbcast.jit`` of such a function, the outermost trace only records the
 program (a staging trace, :mod:`dualbcast.core.staging`): each loop above is recorded
-there as one staged call (:func:`run_loop`).  Any other third trace around those would
-need third derivatives of the kernel: refused with a clear error.
+there as one staged call (:func:`run_loop`).  Any other third trace of the arguments
+would need third derivatives of the kernel: refused with a clear error.
 """
 import numpy as np
 
@@ -210,18 +215,64 @@ class KernelLoop:
 def run_loop(kernel, loop, spec, values, tangents=()):
     """What :class:`KernelLoop` gives on ``values`` and ``tangents``: computed, or, if
     boxes of a staging trace are among them (dualbcast.jit), recorded there as one
-    staged call.  Boxes of any other trace would need a derivative of the loop's own:
-    third order, refused."""
+    staged call.  Orders are counted in the values: traced tangents (a derivative with
+    respect to a tangent or a cotangent) ask for nothing the loop does not compute
+    (:func:`_linear_in_tangents`), while values traced by any other trace would need a
+    derivative of the loop's own: third order, refused."""
     call = KernelLoop(kernel, loop, spec, len(values))
     operands = (*values, *tangents)
     if plain(operands):
         return call(*operands)
-    if not staging_only(operands):
+    if not staging_only(values):
         raise NotImplementedError(
             f"{kernel.__name__}: derivatives of third order or higher through a "
             f"fast_broadcast kernel are not supported (kernels give value, partials and "
             f"Hessian-vector products); write that part with NumPy operations")
+    if not staging_only(tangents):
+        return _linear_in_tangents(kernel, loop, spec, values, tangents)
     return staged_call(call, operands, call.outputs)
+
+
+def _linear_in_tangents(kernel, loop, spec, values, tangents):
+    """:func:`run_loop` of a tangent loop whose tangents are traced (``grad`` of
+    ``jvp(k.sum, x; t)`` with respect to ``t``; the Hessian as ``jvp(grad(f), x; v)``
+    differentiated in ``v``) and whose values are not.  Every output of the loop is
+    linear in the tangents: the loops here compute its coefficients (the partials along
+    each tangent's argument; for second order the second partials, one loop per
+    tangent with a unit tangent), at the broadcast shape, and the tangents enter by
+    NaN-safe products that their own traces record.  So the tangents can be
+    differentiated to any order, and the kernel only ever to second."""
+    if loop in ("tangent", "sum_tangent"):
+        outputs = run_loop(kernel, "partials", tuple(spec), values)
+        value, tangent = outputs[0], _combination(tangents, outputs[1:])
+        if loop == "tangent":
+            return value, tangent
+        return run_loop(kernel, "sum", None, values), np.sum(tangent)
+    wrt, positions = spec
+    count = len(wrt)
+    along, second = [], []      # per tangent: the value's partial, the partials' partials
+    for j in positions:
+        outputs = run_loop(kernel, "partials_tangent", (wrt, (j,)), values, (1.0,))
+        value, partials = outputs[0], outputs[2:2 + count]
+        along.append(outputs[1])
+        second.append(outputs[2 + count:])
+    tangent = _combination(tangents, along)
+    partial_tangents = [_combination(tangents, [s[i] for s in second]) for i in range(count)]
+    if loop == "partials_tangent":
+        return (value, tangent, *partials, *partial_tangents)
+    outputs = run_loop(kernel, "sum_partials", wrt, values)    # the sum loop's bits
+    return (outputs[0], np.sum(tangent), *outputs[1:],
+            *(unbroadcast(t, shape_of(values[i])) for i, t in zip(wrt, partial_tangents)))
+
+
+def _combination(tangents, coefficients):
+    """The sum of ``tangent * coefficient`` (NaN-safe) over the pairs, at the
+    coefficients' (broadcast) shape."""
+    total = None
+    for t, coefficient in zip(tangents, coefficients):
+        term = nan_safe(t, coefficient)
+        total = term if total is None else total + term
+    return total
 
 
 class KernelOutput:
