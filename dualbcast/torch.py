@@ -10,7 +10,9 @@ written with ``torch`` ops.
 
 Second order (``create_graph=True``, double backward, ``torch.autograd.gradgradcheck``)
 comes from the kernel's second-order loop (nested duals); a third derivative raises a
-RuntimeError saying so.
+RuntimeError saying so.  A backward pass is differentiable in its ``grad_outputs`` as
+well (linear in them): a Hessian-vector product differentiated by its vector
+(``torch.autograd.functional.hvp``'s double-backward trick) gives H times the cotangent.
 
 Tensors must live on the CPU and be float32 or float64 (integer and bool tensors are
 constants); the kernel reads them in place, without a copy.
@@ -226,31 +228,80 @@ class _Partials(torch.autograd.Function):
     def backward(ctx, *cotangents):
         inputs = _inputs(ctx)
         needed = _needed(ctx, 2)
-        tangents = {i: _arrays((ct,))[0] for i, ct in zip(ctx.wrt, cotangents)
-                    if ct is not None}
+        tangents = {i: ct for i, ct in zip(ctx.wrt, cotangents) if ct is not None}
         grads = [None] * len(inputs)
         if not (needed and tangents):
             return (None, None, *grads)
         # By the symmetry of second derivatives, sum_i ct_i d2k/(dx_i dx_j) is the
         # tangent of partial j along the cotangents: one loop for every j.
-        terms = ctx.mode.second_order(_arrays(inputs), needed, tangents)
-        # With create_graph=True these must not pass for constants (a third derivative
-        # would silently miss their terms): they carry a backward pass that refuses.
-        live = tuple(x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad)
-        refuse = torch.is_grad_enabled() and live
+        terms = _hessian_products(ctx.mode, inputs, needed, tangents)
         for j, term in zip(needed, terms):
-            grad = _Refused.apply(ctx.mode, term, *live) if refuse else _tensor(term)
-            grads[j] = _as_gradient_of(ctx.mode, grad, inputs[j])
+            grads[j] = _as_gradient_of(ctx.mode, term, inputs[j])
         return (None, None, *grads)
 
 
-class _Refused(torch.autograd.Function):
-    """A second derivative, which cannot be differentiated again."""
+def _hessian_products(mode, inputs, outs, tangents):
+    """For each j in ``outs``, sum_i d2k/(dx_j dx_i) t_i over the ``tangents``
+    ``{i: t_i}`` (tensors shaped as the partials: the map's at the broadcast shape, the
+    sum's at argument i's), each shaped as partial j.
+
+    With create_graph=True the products are differentiable.  They are linear in the
+    tangents (a double backward's grad_outputs, which a Hessian-vector product is
+    differentiated by): that derivative is the Hessian again, available.  In the
+    inputs it is a third derivative, refused by the anchor: a node that the products
+    depend on and whose backward pass raises.  Autograd runs only the nodes on a path
+    to what is differentiated, so the anchor raises exactly when an input's gradient
+    is asked for.  (A constant in the products' place would silently drop the
+    tangents' terms: d hv / dv "not used in the graph".)"""
+    live = tuple(x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad)
+    anchor = _Refused.apply(mode, *live) if torch.is_grad_enabled() and live else None
+    # Detached views share their version counters: an input changed in place before
+    # the products' own backward pass is still an error.
+    detached = tuple(x.detach() if isinstance(x, torch.Tensor) else x for x in inputs)
+    return _HessianProducts.apply(mode, outs, tuple(tangents), anchor, *detached,
+                                  *tangents.values())
+
+
+class _HessianProducts(torch.autograd.Function):
+    """``_hessian_products`` as a Function of the tangents and of the anchor; the
+    inputs come detached (their derivative is the anchor's business)."""
 
     @staticmethod
-    def forward(ctx, mode, term, *inputs):
+    def forward(ctx, mode, outs, positions, anchor, *args):
+        inputs, tangents = args[:-len(positions)], args[-len(positions):]
+        ctx.mode, ctx.outs, ctx.positions = mode, outs, positions
+        ctx.save_for_backward(anchor, *(x if isinstance(x, torch.Tensor) else None
+                                        for x in inputs))
+        ctx.numbers, ctx.dtypes = inputs, tuple(t.dtype for t in tangents)
+        arrays = _arrays(inputs)
+        terms = mode.second_order(arrays, outs, dict(zip(positions, _arrays(tangents))))
+        return tuple(_tensor(t) for t in terms)
+
+    @staticmethod
+    def backward(ctx, *cotangents):
+        anchor, *saved = ctx.saved_tensors
+        inputs = tuple(s if s is not None else n for s, n in zip(saved, ctx.numbers))
+        skip = 4 + len(inputs)
+        grads = [None] * len(ctx.positions)
+        anchor_grad = torch.zeros_like(anchor) if ctx.needs_input_grad[3] else None
+        upstream = {j: ct for j, ct in zip(ctx.outs, cotangents) if ct is not None}
+        if upstream and any(ctx.needs_input_grad[skip:]):
+            # The transpose of t -> H t is w -> H w (H symmetric): the same products
+            # with the roles of outs and tangent positions swapped.
+            terms = _HessianProducts.apply(ctx.mode, ctx.positions, tuple(upstream),
+                                           anchor, *inputs, *upstream.values())
+            grads = [term.to(dtype) for term, dtype in zip(terms, ctx.dtypes)]
+        return (None, None, None, anchor_grad, *([None] * len(inputs)), *grads)
+
+
+class _Refused(torch.autograd.Function):
+    """A zero that second derivatives depend on through the inputs: a third
+    derivative (differentiating one again with respect to an input) raises."""
+
+    @staticmethod
+    def forward(ctx, mode, *inputs):
         ctx.name = mode.kernel.__name__
-        return _tensor(term)
+        return torch.zeros(())
 
     @staticmethod
     def backward(ctx, cotangent):
