@@ -6,6 +6,7 @@ third derivative and complex input raise clear errors.
 Every kernel compiles a loop per mode, wrt and argument layout, from an empty cache:
 the cases reuse a few layouts so that the module stays fast.
 """
+import functools
 import math
 
 import numpy as np
@@ -252,3 +253,73 @@ def test_clear_errors():
         jax.jit(op)(X, A[:3])
     with pytest.raises(TypeError, match="fast_broadcast kernel"):
         djax.wrap(act_jnp)
+
+
+# Derivatives with respect to every input (issue 27): primals, tangents, cotangents,
+# at first and second order, against jax.numpy; broadcasting layouts.
+
+LAYOUTS = [((3, 4), None), ((3, 1), (4,))]          # (None: a Python number)
+
+
+def _every_derivative(f, x, a, tx, ta, w, wx, wa):
+    """Of f(x, a) (map or sum): a JVP differentiated in its primals and tangents; a
+    pullback in its cotangent and primals; for the gradient g of <f, w>, a JVP (a
+    Hessian-vector product) and a pullback differentiated in their tangents and
+    cotangents; the JVP's transpose.  (Each tangent or cotangent enters linearly,
+    so none of these needs a third derivative.)"""
+    vdots = lambda us, vs: sum(jnp.vdot(u, v) for u, v in zip(us, vs))
+    jvp = lambda f, primals, tangents: jax.jvp(f, primals, tangents)[1]
+    along = jax.grad(lambda x, a, tx, ta: jnp.vdot(jvp(f, (x, a), (tx, ta)), w),
+                     argnums=(0, 1, 2, 3))(x, a, tx, ta)
+    pulled = jax.grad(lambda w, x, a: vdots(jax.vjp(f, x, a)[1](w), (tx, ta)),
+                      argnums=(0, 1, 2))(w, x, a)
+    g = jax.grad(lambda x, a: jnp.vdot(f(x, a), w), argnums=(0, 1))
+    hvp = jax.grad(lambda tx, ta, wx, wa: vdots(jvp(g, (x, a), (tx, ta)), (wx, wa)),
+                   argnums=(0, 1, 2, 3))(tx, ta, wx, wa)
+    hvp_pulled = jax.grad(lambda wx, wa: vdots(jax.vjp(g, x, a)[1]((wx, wa)), (tx, ta)),
+                          argnums=(0, 1))(wx, wa)
+    transposed = jax.linear_transpose(lambda tx, ta: jvp(f, (x, a), (tx, ta)), tx, ta)(w)
+    return along, pulled, hvp, hvp_pulled, transposed
+
+
+def _jitted_every(f, cache={}):
+    # (jitted once per function: hypothesis calls it with new values only)
+    if f not in cache:
+        cache[f] = jax.jit(functools.partial(_every_derivative, f))
+    return cache[f]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["array-scalar", "3x1-by-4"])
+@pytest.mark.parametrize("kind", ["map", "sum"])
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 2**16))
+def test_derivatives_in_every_input_match_jax_numpy(kind, layout, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=layout[0])
+    a = 0.7 if layout[1] is None else rng.uniform(0.5, 2.0, size=layout[1])
+    out_shape = np.broadcast_shapes(np.shape(x), np.shape(a)) if kind == "map" else ()
+    tx, ta = rng.normal(size=np.shape(x)), rng.normal(size=np.shape(a))
+    wx, wa = rng.normal(size=np.shape(x)), rng.normal(size=np.shape(a))
+    w = rng.normal(size=out_shape)
+    pair = (op, act_jnp) if kind == "map" else (op.sum, op_sum_jnp)
+    ours, theirs = (_jitted_every(f)(x, a, tx, ta, w, wx, wa) for f in pair)
+    close(ours, theirs, rtol=1e-10)
+
+
+def test_hessian_vector_product_differentiated_in_its_vector():
+    """The issue's torch report, in JAX: d/dv <jvp(grad f)(x; v), w> = H w, eager
+    (each level's rule called directly) and jitted."""
+    hvp = lambda f: lambda v: jnp.vdot(jax.jvp(jax.grad(lambda x: f(x, 0.7)), (X,), (v,))[1],
+                                       np.cos(X))
+    want = jax.jit(jax.grad(hvp(op_sum_jnp)))(X)
+    close(jax.grad(hvp(op.sum))(X), want)
+    close(jax.jit(jax.grad(hvp(op.sum)))(X), want)
+    close(jax.jit(jax.hessian(hvp(op.sum)))(X), jax.jit(jax.hessian(hvp(op_sum_jnp)))(X))
+
+
+def test_jacobians_of_jacobians_over_broadcast_arguments():
+    # (test_second_order has jacrev(jacrev) of the sum and jacfwd(jacrev) of the map)
+    for ours, theirs, outer, inner in [(op.sum, op_sum_jnp, jax.jacfwd, jax.jacrev),
+                                       (op, act_jnp, jax.jacrev, jax.jacfwd)]:
+        nested = lambda f: jax.jit(outer(inner(f, (0, 1)), (0, 1)))
+        close(nested(ours)(COLUMN, A), nested(theirs)(COLUMN, A))
