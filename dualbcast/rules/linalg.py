@@ -2,12 +2,13 @@
 ``np.linalg``: ``solve``, ``inv``, ``det``, ``slogdet``, ``norm``.
 
 Every vjp and jvp is written with NumPy functions that have rules themselves, so that
-it can be differentiated again (higher order), but where noted (the SVD's)."""
+it can be differentiated again (higher order); the matrix norms that the SVD computes
+(2, -2, 'nuc') have a second derivative of their own instead (third order raises)."""
 import operator
 
 import numpy as np
 
-from ..core.box import apply, constant, unbox
+from ..core.box import Box, apply, constant, unbox
 from ..core.registry import defjvp, defrule
 from .common import as_array, nan_safe, no_out, shape_of, unbroadcast
 
@@ -141,14 +142,32 @@ def _det_vjp(g, ans, a):
 
 
 def _det_local(ans, a):
-    # d det(A) = det(A) inv(A)^T, the adjugate's transpose; at a singular A, where the
-    # inverse does not exist but the derivative does, the adjugate from the SVD.
+    # d det(A) = det(A) inv(A)^T, the adjugate's transpose, where A is well conditioned;
+    # at a singular A, where the inverse does not exist but the derivative does, and
+    # at a nearly singular one, where the derivatives of det(A) inv(A) cancel
+    # catastrophically (a Hessian off by O(1) at a condition number of 1e16), the
+    # adjugate of a lifted matrix, exact at any A (_adjugate_t).
     if np.all(ans != 0):
         try:
-            return np.expand_dims(ans, (-1, -2)) * _mT(np.linalg.inv(a))
+            inverse = np.linalg.inv(a)
         except np.linalg.LinAlgError:
             pass
+        else:
+            if _well_conditioned(a, inverse):
+                return np.expand_dims(ans, (-1, -2)) * _mT(inverse)
     return _adjugate_t(a)
+
+
+# The condition number (1-norm) above which det's derivatives come from _adjugate_t
+# (whose lifted matrix B has a condition number below about 1 / _LIFTED_BELOW).
+_ILL_CONDITIONED = 1e4
+
+
+def _well_conditioned(a, inverse):
+    if type(a) is Box or type(inverse) is Box:
+        return constant(_well_conditioned, (a, inverse))    # (on the values: a branch)
+    condition = np.linalg.norm(a, 1, axis=(-2, -1)) * np.linalg.norm(inverse, 1, axis=(-2, -1))
+    return bool(np.all(condition < _ILL_CONDITIONED))
 
 
 def _det_jvp(tangents, ans, a):
@@ -157,19 +176,59 @@ def _det_jvp(tangents, ans, a):
 
 
 def _adjugate_t(a):
-    """adj(A)^T for square A (stacks too), valid at singular A: with A = U S V^T,
-    adj(A) = det(U) det(V) V adj(S) U^T, adj(S) = diag(product of the *other* singular
-    values) -- formed from exclusive cumulative products, without dividing.  (First
-    order only: np.linalg.svd has no rule.)"""
+    """adj(A)^T for square A (stacks too), valid at singular A, written with det, inv
+    and products so that it is differentiated like them, to any order.  With constant
+    P, Q (n x k) that make B = A + P Q^T invertible, Sylvester's determinant identity and
+    Woodbury's inverse give adj(A) = det(B) (det(C) inv(B) + inv(B) P adj(C) Q^T inv(B)),
+    C = I - Q^T inv(B) P: an identity of polynomials in A, so it holds at a singular A
+    too, and its derivatives are those of det and inv at the invertible B.  P, Q lift
+    the k smallest singular values (:func:`_lift`); C (k x k) is then small, and its
+    determinant and adjugate are polynomials (:func:`_faddeev_leverrier`)."""
+    p, q = _lift(a)
+    b = a + p @ _mT(q)
+    b_inv = np.linalg.inv(b)
+    det_c, adj_c = _faddeev_leverrier(np.eye(p.shape[-1]) - _mT(q) @ b_inv @ p)
+    adj = np.expand_dims(np.linalg.det(b), (-1, -2)) * (
+        np.expand_dims(det_c, (-1, -2)) * b_inv + b_inv @ p @ adj_c @ _mT(q) @ b_inv)
+    return _mT(adj)
+
+
+# Singular values below this fraction of the largest are lifted by _lift: B's condition
+# number stays below about its inverse, and C below has that many rows.
+_LIFTED_BELOW = 1e-3
+
+
+def _lift(a):
+    """``(P, Q)`` for :func:`_adjugate_t`, constants from ``a``'s value: with a = U S
+    V^T, P = s_max U_k and Q = V_k, the singular vectors of the k smallest singular
+    values (k: as many as lie below ``_LIFTED_BELOW`` s_max in any matrix of the stack,
+    at least 1), so that B = a + P Q^T has those raised by s_max.  Any P, Q making B
+    invertible give the exact adjugate: the choice only keeps B well conditioned."""
+    if type(a) is Box:
+        return constant(_lift, (a,))    # (its value may be traced by enclosing traces)
     u, s, vh = np.linalg.svd(a)
     n = s.shape[-1]
-    ones = np.ones(s.shape[:-1] + (1,), s.dtype)
-    left = np.cumprod(np.concatenate([ones, s[..., :n - 1]], axis=-1), axis=-1)
-    right = np.cumprod(np.concatenate([ones, s[..., :0:-1]], axis=-1), axis=-1)[..., ::-1]
-    others = left * right
-    sign = np.linalg.det(u) * np.linalg.det(vh)
-    adj = (_mT(vh) * others[..., None, :]) @ _mT(u) * sign[..., None, None]
-    return _mT(adj)
+    top = s[..., :1]
+    k = max(1, int(np.max(np.sum(s <= _LIFTED_BELOW * top, axis=-1), initial=0)))
+    scale = np.where(top > 0, top, 1)
+    return u[..., :, n - k:] * scale[..., None, :], _mT(vh[..., n - k:, :])
+
+
+def _faddeev_leverrier(c):
+    """``(det(C), adj(C))`` of square C (stacks too) from the Faddeev-LeVerrier
+    recurrence: products and traces only (no division by a pivot), so defined and
+    differentiable at any C.  (For the small C of :func:`_adjugate_t`.)"""
+    k = c.shape[-1]
+    eye = np.eye(k)
+    m = np.broadcast_to(eye, c.shape)
+    coefficient = -np.trace(c, axis1=-2, axis2=-1)
+    for i in range(2, k + 1):
+        m = c @ m + np.expand_dims(coefficient, (-1, -2)) * eye
+        coefficient = -np.trace(c @ m, axis1=-2, axis2=-1) / i
+    # det(lambda I - C) = lambda^k + ... + coefficient: det(C) = (-1)^k coefficient,
+    # and C m + coefficient I = 0 makes adj(C) = (-1)^(k-1) m.
+    sign = -1.0 if k % 2 else 1.0
+    return sign * coefficient, -sign * m
 
 
 def _slogdet_vjp(g, ans, a):
@@ -280,17 +339,117 @@ def _norm_jvp(tangents, ans, x, ord=None, axis=None, keepdims=False):
 
 
 def _svd_norm_local(x, ord, axes):
-    """d/dx of the matrix 2-norm (the largest singular value: u1 v1^T), -2 (the
-    smallest) or nuclear norm (U V^T), over the nonzero singular values only: 0 where
-    the norm is 0 (first order only: np.linalg.svd has no rule)."""
-    moved = np.moveaxis(x, axes, (-2, -1))
-    u, s, vh = np.linalg.svd(moved, full_matrices=False)
-    if ord == 2:
-        u, s, vh = u[..., :1], s[..., :1], vh[..., :1, :]
-    elif ord == -2:
-        u, s, vh = u[..., -1:], s[..., -1:], vh[..., -1:, :]
-    local = (u * (s > 0)[..., None, :]) @ vh
+    """d/dx of the matrix 2-norm (the largest singular value), -2 (the smallest) or the
+    nuclear norm (their sum) over ``axes``: U diag(w) V^T, ``w`` the weights of the
+    singular values in the norm (:func:`_singular_weights`).  Traced, its derivative
+    is the norm's Hessian (:func:`_svd_norm_hessian_times`)."""
+    return apply(_svd_norm_gradient, (_svd_norm_gradient_vjp,), (x,),
+                 {"ord": ord, "axes": axes})
+
+
+def _svd_norm_gradient(x, ord, axes):
+    if type(x) is Box:                  # traced by enclosing traces too: recorded there
+        return _svd_norm_local(x, ord, axes)
+    u, s, vh = np.linalg.svd(np.moveaxis(x, axes, (-2, -1)), full_matrices=False)
+    local = (u * _singular_weights(s, ord)[..., None, :]) @ vh
     return np.moveaxis(local, (-2, -1), axes)
+
+
+def _singular_weights(s, ord):
+    """The weight of each singular value (``s``, LAPACK's descending order) in the
+    gradient of the norm ``ord``: 1 for 'nuc', but 0 for a zero singular value (where
+    the norm has no derivative: the subgradient of least norm, as abs at 0); for 2 and
+    -2 the largest / smallest, shared equally between tied ones (where the norm has no
+    derivative either: the subgradient JAX's gradient gives), 0 if it is 0."""
+    if ord == "nuc":
+        return (s > 0).astype(s.dtype)
+    extreme = s[..., :1] if ord == 2 else s[..., -1:]
+    tied = (s == extreme) & (extreme > 0)
+    return tied / np.maximum(np.sum(tied, axis=-1, keepdims=True), 1).astype(s.dtype)
+
+
+def _svd_norm_gradient_vjp(g, ans, x, ord, axes):
+    # The gradient's Jacobian is the norm's Hessian: symmetric, so its vjp is its jvp.
+    return _svd_norm_hessian_times(x, g, ord, axes)
+
+
+def _svd_norm_hessian_times(x, e, ord, axes):
+    """The Hessian of ``np.linalg.norm(x, ord, axes)`` (summed over the other axes)
+    times ``e``, recorded when traced: linear in ``e`` to any order, refused as third
+    order in ``x``."""
+    return apply(_svd_norm_hessian_product, _HESSIAN_TIMES_VJPS, (x, e),
+                 {"ord": ord, "axes": axes})
+
+
+def _svd_norm_hessian_product(x, e, ord, axes):
+    if type(x) is Box or type(e) is Box:    # traced by enclosing traces too
+        return _svd_norm_hessian_times(x, e, ord, axes)
+    moved = np.moveaxis(x, axes, (-2, -1))
+    e = np.moveaxis(e, axes, (-2, -1))
+    u, s, vh = np.linalg.svd(moved, full_matrices=False)
+    w = _singular_weights(s, ord)
+    tied = np.sum(w > 0, axis=-1)
+    if ord != "nuc" and np.any(tied > 1):
+        which = "largest" if ord == 2 else "smallest"
+        value = s[..., 0 if ord == 2 else -1][tied > 1].flat[0]
+        raise np.linalg.LinAlgError(
+            f"np.linalg.norm(x, {ord}) has no second derivative where the {which} singular "
+            f"value of x is repeated ({float(value)}, {np.max(tied)} times): its gradient there "
+            f"is the average over the tied singular vectors (as JAX's), which has no "
+            f"derivative")
+    return np.moveaxis(_weighted_singular_hessian(u, s, vh, w, e), (-2, -1), axes)
+
+
+def _weighted_singular_hessian(u, s, vh, w, e):
+    """The Hessian of sum_k w_k s_k(X) times E at X = U diag(s) V^T (thin SVD of m x n
+    stacks; w held fixed).  With E~ = U^T E V, the pair (a, b) of singular values gives
+    U M V^T, M_ab = (alpha_ab E~_ab + beta_ab E~_ba): alpha = (w_b s_b - w_a s_a) /
+    (s_b^2 - s_a^2), beta = (w_b s_a - w_a s_b) / (s_b^2 - s_a^2) -- for equal weights
+    w / (s_a + s_b) and its negative, finite at repeated singular values (the weights
+    differ only between different ones: :func:`_singular_weights`); and the directions
+    outside U's and V's spans give (I - U U^T) E V D V^T + U D U^T E (I - V V^T), D =
+    diag(w / s).  Checked against JAX's Hessians, which differentiate the SVD itself
+    (nan wherever two singular values are equal)."""
+    v, ut = _mT(vh), _mT(u)
+    e_tilde = ut @ e @ v
+    sa, sb = s[..., :, None], s[..., None, :]
+    wa, wb = w[..., :, None], w[..., None, :]
+    equal = wa == wb
+    dtype = s.dtype
+    with np.errstate(divide="ignore", invalid="ignore"):
+        plus = np.where(equal & (wa != 0), wa / np.where(equal & (wa != 0), sa + sb, 1), 0)
+        apart = np.where(equal, 1, sb * sb - sa * sa)
+        alpha = np.where(equal, plus, (wb * sb - wa * sa) / apart)
+        beta = np.where(equal, -plus, (wb * sa - wa * sb) / apart)
+        d = np.where(w != 0, w / np.where(s > 0, s, 1), 0).astype(dtype)
+    off_diagonal = 1 - np.eye(s.shape[-1], dtype=dtype)
+    m = (alpha.astype(dtype) * e_tilde + beta.astype(dtype) * _mT(e_tilde)) * off_diagonal
+    outside_u = e - u @ (ut @ e)
+    outside_v = e - (e @ v) @ vh
+    return u @ m @ vh + ((outside_u @ v) * d[..., None, :]) @ vh \
+        + (u * d[..., None, :]) @ (ut @ outside_v)
+
+
+def _hessian_times_x_vjp(g, ans, x, e, ord, axes):
+    raise NotImplementedError(
+        f"third derivatives of np.linalg.norm(x, {ord!r}) are not supported (its second "
+        f"derivative comes from x's singular value decomposition)")
+
+
+_HESSIAN_TIMES_VJPS = (
+    _hessian_times_x_vjp,
+    lambda g, ans, x, e, ord, axes: _svd_norm_hessian_times(x, g, ord, axes))
+
+
+def _svd_norm_hessian_jvp(tangents, ans, x, e, ord, axes):
+    if tangents[0] is not None:
+        _hessian_times_x_vjp(None, ans, x, e, ord, axes)
+    return _svd_norm_hessian_times(x, tangents[1], ord, axes)
+
+
+defjvp(_svd_norm_gradient, lambda tangents, ans, x, ord, axes:
+       _svd_norm_hessian_times(x, tangents[0], ord, axes))
+defjvp(_svd_norm_hessian_product, _svd_norm_hessian_jvp)
 
 
 defrule(np.linalg.norm, trace=_norm_rule)
