@@ -186,6 +186,27 @@ def test_under_jit():
             np.testing.assert_allclose(jitted(r, VR), f(r, VR), rtol=1e-14)
 
 
+def test_both_arguments_moving_with_broadcast_tangents():
+    # r (3, 1) and a (4,) both moving: tangents smaller than the map (3, 4), gradients
+    # and their tangents summed back to each argument's shape
+    ta, wa = RNG.standard_normal(4), RNG.standard_normal(4)
+    numpy_body = _body(np)
+
+    def programs(k, s):
+        gradient = db.grad(lambda tr, ta: db.jvp(lambda r, a: s(r, a, B), (R, A), (tr, ta))[1],
+                           argnums=(0, 1))(VR, ta)
+        hessian_times = db.grad(lambda tr, ta: sum(np.sum(h * w) for h, w in zip(db.jvp(
+            db.grad(lambda r, a: np.sum(k(r, a, B) * r), argnums=(0, 1)), (R, A),
+            (tr, ta))[1], (WR, wa))), argnums=(0, 1))(VR, ta)
+        return (*gradient, *hessian_times)
+
+    got = programs(pair, pair.sum)
+    want = programs(numpy_body, lambda *args: np.sum(numpy_body(*args)))
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-13)
+
+
 THIRD_ORDER = [
     ("grad of grad of grad", lambda: db.grad(lambda r: np.sum(db.grad(lambda r: np.sum(
         db.grad(lambda r: pair.sum(r, A, B))(r) * WR))(r) * WR))(R)),
