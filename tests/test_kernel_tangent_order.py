@@ -225,3 +225,14 @@ THIRD_ORDER = [
 def test_third_order_in_the_primal_is_still_refused(program):
     with pytest.raises(NotImplementedError, match="third order"):
         program()
+
+
+def test_the_kernels_own_tangent_methods_refuse_a_traced_tangent_by_name():
+    # (they compute on plain arrays; it named the tangent "argument 3 ... a Box")
+    calls = [lambda t: pair.jvp(R, A, B, tangents={0: t})[1],
+             lambda t: pair.sum_jvp(R, A, B, tangents={0: t})[1],
+             lambda t: pair.value_and_partials(R, A, B, wrt=0, tangents={0: t})[3],
+             lambda t: pair.sum_and_partials(R, A, B, tangents={0: t})[3]]
+    for call in calls:
+        with pytest.raises(TypeError, match=r"db\.jvp\(pair, primals, tangents\)"):
+            db.grad(lambda t: np.sum(call(t)))(VR)

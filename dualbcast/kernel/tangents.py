@@ -34,6 +34,7 @@ carries the tangent, the outer ``n`` the partials w.r.t. the ``wrt`` arguments.
 from ..positions import argument_positions
 from .arguments import plan_call, signature_key
 from .loops import LoopSpec
+from .tracing import traced
 
 _MAX_SIGNATURES = 64
 
@@ -82,6 +83,14 @@ class TangentCall:
     def _make(self, values, tangents):
         kernel, plan = self.kernel, self.values_plan
         name = kernel.__name__
+        if traced(tangents):
+            # (the public tangent methods; the fast rules never pass one: see
+            # dualbcast.rules.fast_nested.run_loop)
+            raise TypeError(
+                f"{name}: a tangent traced by grad/jvp was passed to {name}'s own tangent "
+                f"methods (jvp, sum_jvp, tangents=), which compute on plain arrays and are "
+                f"not differentiated through; write db.jvp({name}, primals, tangents) "
+                f"(or {name}.sum) instead: it is differentiated in its tangents to any order")
         joint = plan_call(name, tuple(values) + tuple(tangents))
         if joint.shape != plan.shape:
             described = ", ".join(f"{i}: {shape}" for i, (shape, _, _) in
