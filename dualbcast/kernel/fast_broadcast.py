@@ -20,7 +20,7 @@ from ..dual import DualType
 from ..vmath import with_vector_math
 from ..foreign import is_dask_array
 from .arguments import plan_call, signature_key
-from .cache import kernel_fingerprint
+from .cache import kernel_cache_key, kernel_fingerprint
 from .dependencies import Dependencies, FrozenDependencyChanged, refresh_helper
 from .errors import summary
 from .loops import ACCUMULATE, REGISTER, STORE, TANGENT_MODES, LoopSpec, compile_loop
@@ -109,14 +109,7 @@ class FastBroadcast:
             refresh_helper(helper)
         fingerprint = kernel_fingerprint(dependencies, {**self._jit_options, "libm": self.libm})
         self._fingerprint = fingerprint
-        self._cache_key = None
-        # Not cached on disk when its module cannot be found (code made by exec, a module
-        # loaded under a name of its own as asv does): Numba's compiled code then names
-        # the module "<dynamic>", which a process loading it cannot import.
-        if fingerprint is not None and inspect.getmodule(self.py_func) is not None:
-            name = f"{self.py_func.__module__}.{self.py_func.__qualname__}"
-            name = "".join(c if c.isalnum() or c in "._" else "_" for c in name)
-            self._cache_key = f"{name[:80]}-{fingerprint}"
+        self._cache_key = kernel_cache_key(self.py_func, fingerprint)
         # (Also the first time: the globals copied when the kernel was defined may
         # have been defined since.)
         self.scalar_kernel = self._scalar_kernel()

@@ -54,7 +54,7 @@ import numpy as np
 
 from ..dual import DualType, make_dual, partials_of, value_of
 from .arguments import ARRAY, STRIDED
-from .cache import load_loop
+from .cache import guarded_njit, load_loop
 from .threads import next_chunk
 
 MODES = ("map", "sum", "partials", "sum_partials", "tangent", "sum_tangent",
@@ -307,8 +307,8 @@ def compile_loop(spec, scalar_kernel, jit_options, cache_key=None):
         namespace = module.__dict__
     loop = namespace["loop"]
     loop.__doc__ = source
-    cache = loop.__code__.co_filename.endswith(".py")
-    compiled = numba.njit(**jit_options, nogil=True, cache=cache)(loop)
+    cache = module is not None
+    compiled = guarded_njit(**jit_options, nogil=True, cache=cache)(loop)
     namespace["_loop"] = compiled
     compiled.spec = spec
     compiled.parallel = _Lazy(lambda: _compile_parallel(namespace, jit_options, cache))
@@ -316,10 +316,10 @@ def compile_loop(spec, scalar_kernel, jit_options, cache_key=None):
 
 
 def _compile_parallel(namespace, jit_options, cache):
-    namespace["_guarded"] = numba.njit(**jit_options, nogil=True,
-                                       cache=cache)(namespace["guarded_loop"])
-    return numba.njit(**jit_options, parallel=True, nogil=True,
-                      cache=cache)(namespace["parallel_loop"])
+    namespace["_guarded"] = guarded_njit(**jit_options, nogil=True,
+                                         cache=cache)(namespace["guarded_loop"])
+    return guarded_njit(**jit_options, parallel=True, nogil=True,
+                        cache=cache)(namespace["parallel_loop"])
 
 
 class _Lazy:
@@ -342,7 +342,7 @@ class _Lazy:
 
 # Called once per chunk, not inlined: compiled once per installation (cached beside
 # this file) rather than again inside every kernel's loop (~0.3 s of its first compile).
-@numba.njit(error_model="numpy", cache=True)
+@guarded_njit(error_model="numpy", cache=True)
 def lane_sum(values, count):
     """The sum of ``values[:count]`` in a fixed order: eight running sums over the
     positions mod 8 (LLVM turns them into two vector registers), then the rest, then
