@@ -125,8 +125,10 @@ def kernel(x, a):
     return a * x * x
 
 x = np.linspace(-1, 1, 1 << 16)
-kernel.sum_and_partials(x, 2.0)                  # compiles (one thread)
-total, gx = kernel.sum_and_partials(x, 2.0)      # a parallel region in the parent
+for _ in range(int(sys.argv[2])):
+    # The first call compiles the loop and its threaded driver, which launches Numba's
+    # threads (no region yet); a second runs a parallel region in the parent.
+    total, gx = kernel.sum_and_partials(x, 2.0)
 pid = os.fork()
 if pid == 0:
     child_total, child_gx = kernel.sum_and_partials(x, 2.0)
@@ -137,10 +139,15 @@ print("child exit", os.waitstatus_to_exitcode(status))
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
-def test_a_child_forked_after_a_parallel_region_computes_on_one_thread(tmp_path):
+@pytest.mark.parametrize("calls_before_fork", [1, 2])
+def test_a_child_forked_after_threads_were_launched_computes_on_one_thread(
+        tmp_path, calls_before_fork):
     """GNU OpenMP kills a forked child that starts a parallel region after its parent
-    did (multiprocessing forks by default on Linux); dualbcast's child runs alone."""
-    result = subprocess.run([sys.executable, "-c", _FORKED_CHILD, str(tmp_path)],
+    launched Numba's threads (multiprocessing forks by default on Linux), which the
+    parent's first large call does when it compiles the threaded driver, before any
+    region runs; dualbcast's child runs alone."""
+    result = subprocess.run([sys.executable, "-c", _FORKED_CHILD, str(tmp_path),
+                             str(calls_before_fork)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "child exit 0" in result.stdout, result.stdout + result.stderr

@@ -5,8 +5,9 @@ Numba's threading layer starts a region in a few µs, where handing work to Pyth
 threads took 50-100 µs here.  Two limits of the layers are kept out of the user's way:
 
 - GNU OpenMP (Numba's ``omp`` layer) kills a forked child that starts a parallel
-  region once the parent has run one (``multiprocessing`` forks by default on Linux):
-  such a child runs everything on one thread.
+  region once the parent has launched Numba's threads (``multiprocessing`` forks by
+  default on Linux; compiling a threaded driver launches them): such a child runs
+  everything on one thread.
 - the ``workqueue`` layer cannot run two regions at once: a call that finds another
   thread of this process inside one runs on its own thread.
 
@@ -26,24 +27,32 @@ import numpy as np
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+from numba.np.ufunc import parallel as numba_parallel
 
 from ..config import config
 
 _region = threading.Lock()
-_first_region_pid = None        # the process that started a parallel region first
+_forked_after_launch = False    # this process was forked after Numba started its threads
+
+
+def _after_fork_in_child():
+    # Numba's omp layer kills a child that starts a region once the *parent* has launched
+    # its thread pool, which compiling a threaded driver does, before any region runs.
+    # (Numba's private flag; if it is ever gone, every forked child runs on one thread.)
+    global _forked_after_launch
+    if getattr(numba_parallel, "_is_initialized", True):
+        _forked_after_launch = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def enter_parallel_region():
     """Whether this call may start a parallel region now (then it must call
     :func:`leave_parallel_region` after it)."""
-    global _first_region_pid
-    pid = os.getpid()
-    if _first_region_pid not in (None, pid):
-        return False                # a child forked after the parent used threads
-    if not _region.acquire(blocking=False):
-        return False
-    _first_region_pid = pid
-    return True
+    if _forked_after_launch:
+        return False                # a child forked after the parent launched threads
+    return _region.acquire(blocking=False)
 
 
 def leave_parallel_region():
