@@ -388,7 +388,8 @@ def test_parameters_do_not_grow_with_the_kernel_sums():
         x = RNG.uniform(0, 1, 16)
         vg(x), vg(x)
         params[kernels] = _fused_body(_program(vg).fusion.source).args.args
-    assert len(params[2]) == len(params[8]) == 4     # workers, x, its cotangent, the other buffers
+    # workers, the sizes and constants (N, K), x, its cotangent, the other buffers
+    assert len(params[2]) == len(params[8]) == 6
 
 
 def test_a_program_at_the_cap_fuses_and_one_above_it_is_replayed_unfused(fused_runs):

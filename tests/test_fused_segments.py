@@ -179,9 +179,9 @@ def test_a_segment_allocates_no_array_of_its_size_between_kernels():
     segment = source[source.index("def _s0_values"):source.index("def fused")]
     sizes = [text.split(")")[0] for text in segment.split("_empty(")[1:]]
     # the blocks, the rows of a chunk's products, per chunk its checks and dots, and
-    # the terms of the one sum (np.sum adds them up whole)
-    assert sizes.count("3000") == 1, sizes       # the one sum's terms
-    assert set(sizes) == {"BLOCK", "3000", "1", "(1, 2", f"(2, {CHUNK}"}, sizes
+    # the terms of the one sum (np.sum adds them up whole); sizes are arguments
+    assert sizes.count("size") == 1, sizes       # the one sum's terms
+    assert set(sizes) == {"BLOCK", "size", "nchunks", "(nchunks, 2", f"(2, {CHUNK}"}, sizes
 
 
 @given(st.integers(0, 3 * CHUNK), st.integers(0, 2 ** 32 - 1),

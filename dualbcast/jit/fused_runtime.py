@@ -80,6 +80,16 @@ def exact_sum(values):
 
 
 @numba.njit(error_model="numpy", cache=True)
+def chunk_sum(totals, column):
+    """A kernel sum's loop's result (the sum, or a register gradient: ``column``) from
+    its chunks' rows of ``totals``, added up as the replay adds them: one chunk's as it
+    is (``exact_sum`` of one -0.0 would be 0.0), several exactly."""
+    if totals.shape[0] == 1:
+        return totals[0, column]
+    return exact_sum(totals[:, column])
+
+
+@numba.njit(error_model="numpy", cache=True)
 def numpy_sum(values):
     """``np.add.reduce(values)`` of a 1-d C-contiguous float64 array, as NumPy adds it
     up: 0.0 plus the pairwise sum (halves split at a multiple of 8, down to blocks of

@@ -36,7 +36,12 @@ Compiling costs about a second, so a program is fused only after
 :attr:`Program.FUSE_UP_TO <.program.Program>` records and :data:`MAX_STATEMENTS`
 lines of source (which bound the compile's time and memory); the function is
 cached on disk next to the kernels' loops (its file is named by a hash of its source,
-which names the loops' files, which are named by the kernels' fingerprints).
+which names the loops' files, which are named by the kernels' fingerprints).  The
+source names no size, shape or chunk count and no constant: the function takes them
+as arguments (``N``, ``K``), so that one compile serves every program of its kind —
+at any shape, for any value of a non-differentiated float — shared through
+:mod:`.compiled` (Numba never frees a compiled function: compiling one per shape or
+value grew memory without bound).
 """
 import ast
 import hashlib
@@ -56,12 +61,14 @@ from ..kernel.products import nan_safe_product
 from ..kernel.threads import enter_parallel_region, leave_parallel_region, next_chunk
 from ..rules.fast import SUM_COTANGENT_FORM, kernel_sum_loop
 from .fused_runtime import (_GRADIENT_SOURCE, _add_to, _libm_pow, _nan_safe, _where,
-                            exact_sum, numpy_sum)
+                            chunk_sum, exact_sum, numpy_sum)
 from .segments import BLOCK, SegmentSource, find_segments
 
 _FLOAT64 = np.dtype(np.float64)
 _SCALARS = (float, np.float64)
 _CONSTANTS = (float, int, np.float64)
+_INT64 = np.iinfo(np.int64)
+_NAN = float("nan")
 
 # The longest fused function written, in lines of its source (about one statement
 # each): the bound on the compile's time and memory, whatever the records (Numba's
@@ -99,7 +106,8 @@ class _Writer:
     def __init__(self, records, values, leaves, output):
         self.values, self.leaves, self.output = values, leaves, output
         self.namespace = {"pow": _libm_pow, "_exact_sum": exact_sum, "_where": _where,
-                          "_add_to": _add_to, "_nan_safe": _nan_safe, "_NAN": float("nan"),
+                          "_add_to": _add_to, "_nan_safe": _nan_safe, "_NAN": _NAN,
+                          "_chunk_sum": chunk_sum,
                           "_empty": np.empty, "_zeros": np.zeros, "_bool": np.bool_,
                           "_prange": numba.prange, "_lane_sum": lane_sum,
                           "_numpy_sum": numpy_sum, "_product": nan_safe_product,
@@ -107,6 +115,11 @@ class _Writer:
                           "_to_float": numba.float64, "_u": numba.uint64, "BLOCK": BLOCK,
                           "_int64": np.int64, "_next_chunk": next_chunk}
         self.params = []                # the fused function's parameters
+        # The numbers a run takes, read from the parameters N (ints: sizes, shapes,
+        # chunk counts) and K (floats: constants) at the top: the source names none of
+        # them, so that one compiled function serves a program at every size and for
+        # every value of its constants (each compile costs ~1 s and stays in memory).
+        self.ints, self.floats, self.head = [], [], []
         self.forward = []
         self.backward = []              # per record: a function writing its backward pass
         self.kernels = []               # per kernel sum: its SumLoop
@@ -117,7 +130,7 @@ class _Writer:
         self.stores = False             # whether a gradient is ever stored
         self.names = 0                  # fresh names so far
         self.bad = "0.0"                # the name of the finiteness check so far
-        self.arrays = set()             # the totals and scratch arrays allocated
+        self.arrays = {}                # ("t" totals or "r" scratch, rows, width) -> name
         self.helpers = []               # per segment or threaded kernel sum: its helpers'
                                         # source and (name, parallel) of each function
         self.threaded = 0               # the most elements a part on threads loops over
@@ -164,19 +177,19 @@ class _Writer:
         array_leaves = [leaf for leaf in range(self.leaves)
                         if type(self.values[leaf]) is np.ndarray]
         accumulators = [(slot, buffers[-1]) for slot, buffers in self.array_gradients.items()]
-        blocks, rows = {}, []
+        blocks, rows = {}, []           # size -> (its block, rows so far)
         for slot, buffers in self.array_gradients.items():
             for name, shape in buffers[:-1]:
                 if name in self.segment_buffers:
                     continue            # (a segment adds into the accumulator itself)
                 size = int(np.prod(shape))
-                rows.append(f"{name} = B{size}[{blocks.get(size, 0)}]")
-                blocks[size] = blocks.get(size, 0) + 1
-        params = (["workers"] + self.params + [f"x{leaf}" for leaf in array_leaves]
+                block, count = blocks.get(size, (f"B{len(blocks)}", 0))
+                rows.append(f"{name} = {block}[{count}]")
+                blocks[size] = (block, count + 1)
+        params = (["workers", "N", "K"] + self.params + [f"x{leaf}" for leaf in array_leaves]
                   + [name for name, _ in self.shared.values()] + self.operand_params
-                  + [name for _, (name, _) in accumulators] + [f"B{size}" for size in blocks])
-        lines = [f"def fused({', '.join(params)}):"]
-        lines += ["    " + line for line in rows + self.forward]
+                  + [name for _, (name, _) in accumulators]
+                  + [block for block, _ in blocks.values()])
         # The backward pass, record by record, last first.  A scalar slot's cotangent
         # so far is self.g[slot] and whether one reached it yet self.h[slot] (a slot
         # no cotangent reaches gets None in the replay: here its cotangent is 0.0 and
@@ -192,7 +205,8 @@ class _Writer:
         self.lines = []
         for write in reversed(self.backward):
             write()
-        lines += ["    " + line for line in self.lines]
+        lines = [f"def fused({', '.join(params)}):"]
+        lines += ["    " + line for line in self.head + rows + self.forward + self.lines]
         result = [f"{self.bad} == 0.0", f"v{self.output}"]
         for leaf in range(self.leaves):
             if leaf in self.array_gradients:
@@ -208,10 +222,11 @@ class _Writer:
             source = _GRADIENT_SOURCE + source
         source = "".join(helper for helper, _ in self.helpers) + source
         scalar_leaves = [slot for slot in self.g if slot < self.leaves]
-        return Fusion(source, self.namespace, self.kernels, self.leaves, scalar_leaves,
+        return Fusion(source, self.namespace, self.ints, self.floats, self.kernels,
+                      self.leaves, scalar_leaves,
                       array_leaves, [value for _, value in self.shared.values()],
                       self.transformed, [(slot, shape) for slot, (_, shape) in accumulators],
-                      [(count, size) for size, count in blocks.items()],
+                      [(count, size) for size, (_, count) in blocks.items()],
                       type(self.values[self.output]),
                       [function for _, functions in self.helpers for function in functions],
                       self.threaded, self.cacheable and None not in self.kernel_sources,
@@ -222,6 +237,20 @@ class _Writer:
     def _fresh(self, prefix):
         self.names += 1
         return f"{prefix}_{self.names}"
+
+    def _int(self, value):
+        """A name for ``value``, an int the run passes in ``N``."""
+        _require(_INT64.min <= value <= _INT64.max)
+        name = f"n{len(self.ints)}"
+        self.head.append(f"{name} = N[{len(self.ints)}]")
+        self.ints.append(int(value))
+        return name
+
+    def _float(self, name, value):
+        """``name`` for ``value``, a float the run passes in ``K``."""
+        self.head.append(f"{name} = K[{len(self.floats)}]")
+        self.floats.append(float(value))
+        return name
 
     def _emit(self, name, expression):
         self.lines.append(f"{name} = {expression}")
@@ -248,9 +277,7 @@ class _Writer:
             _require(type(self.values[traced[i]]) in _SCALARS)
             return f"v{traced[i]}"
         _require(type(value) in _CONSTANTS and (type(value) is not int or abs(value) < 2 ** 53))
-        name = f"c{k}_{i}"
-        self.namespace[name] = float(value)
-        return name
+        return self._float(f"c{k}_{i}", value)
 
     def _form(self, op):
         # The rule's scalar form, declared beside the rule (dualbcast.rules.elementwise).
@@ -349,9 +376,10 @@ class _Writer:
                 self.operand_params.append(operands[-1])
             elif type(item) is int:
                 operands.append(f"x{item}" if type(value) is np.ndarray else f"v{item}")
-            elif type(value) in (float, int, np.float64):
-                operands.append(f"k{k}_{m}")
-                self.namespace[operands[-1]] = value if type(value) is int else float(value)
+            elif type(value) is int:
+                operands.append(self._int(value))
+            elif type(value) in (float, np.float64):
+                operands.append(self._float(f"k{k}_{m}", value))
             else:
                 operands.append(self.shared.setdefault(id(value),
                                                        (f"s{len(self.shared)}", value))[0])
@@ -371,23 +399,28 @@ class _Writer:
                 registers.append(slot)
         stored = list(buffers)
         self.kernels.append(prepared)
-        self.namespace.update({f"_loop{k}": prepared.loop, f"_shape{k}": prepared.loop_shape,
-                               f"_rows{k}": prepared.rows, "_empty": np.empty})
-        width, chunks, size = prepared.totals_width, prepared.nchunks, prepared.chunk_size
+        self.namespace[f"_loop{k}"] = prepared.loop
+        width, chunks = prepared.totals_width, self._int(prepared.nchunks)
+        shape = "".join(self._int(size) + ", " for size in prepared.loop_shape)
         # Row c of the totals: the sum and the register gradients of chunk c; the
         # scratch: the loop's own.  One of each shape for all the loops (each loop's
         # totals read as soon as it has run).
-        totals, scratch = f"t{chunks}_{width}", f"r{width}_{size}"
-        for name, shape in ((totals, (chunks, width)), (scratch, (width, size))):
-            if name not in self.arrays:
-                self.arrays.add(name)
-                self.forward.append(f"{name} = _empty({shape})")
-        call = f"_shape{k}, 0, {chunks}, _rows{k}, {', '.join(operands + buffers)}, {totals}"
+        totals = self.arrays.get(("t", prepared.nchunks, width))
+        if totals is None:
+            totals = self.arrays["t", prepared.nchunks, width] = f"t{len(self.arrays)}"
+            self.forward.append(f"{totals} = _empty(({chunks}, {width}))")
+        scratch = self.arrays.get(("r", prepared.chunk_size, width))
+        if scratch is None:
+            scratch = self.arrays["r", prepared.chunk_size, width] = f"r{len(self.arrays)}"
+            self.forward.append(f"{scratch} = _empty(({width}, "
+                                f"{self._int(prepared.chunk_size)}))")
+        call = f"({shape}), 0, {chunks}, {self._int(prepared.rows)}, " \
+               f"{', '.join(operands + buffers)}, {totals}"
         if prepared.threaded:
             # On the loop's own threaded driver (a check: nan when a thread failed)
             self.threaded = max(self.threaded, int(np.prod(prepared.loop_shape)))
             self.namespace[f"_threads{k}"] = prepared.loop.parallel.made()
-            self._threaded_sum(k, len(operands) + len(buffers), width, size)
+            self._threaded_sum(k, len(operands) + len(buffers), width)
             self._check(self.forward, f"_sum{k}(workers, {call}, {scratch})")
         else:
             self.forward.append(f"_loop{k}({call}, {scratch})")
@@ -396,8 +429,7 @@ class _Writer:
         sums = []
         for column in range(1 + len(registers)):
             sums.append(f"v{out}" if column == 0 else f"x{out}_{column}")
-            self.forward.append(f"{sums[-1]} = " + (f"{totals}[0, {column}]" if chunks == 1 else
-                                                    f"_exact_sum({totals}[:, {column}])"))
+            self.forward.append(f"{sums[-1]} = _chunk_sum({totals}, {column})")
         self._check(self.forward, f"v{out}")
         if stored:
             self.stores = True
@@ -428,7 +460,7 @@ class _Writer:
         self.backward.append(write)
 
 
-    def _threaded_sum(self, k, count, width, size):
+    def _threaded_sum(self, k, count, width):
         """The source of ``_sum{k}``: kernel sum ``k``'s loop on ``workers`` threads, or
         on this one; nan when a thread failed (the replay meets the exception)."""
         operands = ", ".join(f"o{m}" for m in range(count))
@@ -436,7 +468,7 @@ class _Writer:
                   f"    if workers > 1:\n"
                   f"        failed = _zeros(workers, _bool)\n"
                   f"        _threads{k}(workers, failed, shape, hi, rows, {operands}, totals, "
-                  f"_empty((workers, {width}, {size})))\n"
+                  f"_empty((workers, {width}, scratch.shape[1])))\n"
                   f"        for t in range(workers):\n"
                   f"            if failed[t]:\n"
                   f"                return _NAN\n"
@@ -466,9 +498,12 @@ class _Writer:
                 arrays.append(self.shared.setdefault(id(value), (f"s{len(self.shared)}", value))[0])
             else:
                 arrays.append(f"x{item}")
-        scalars = [f"v{slot}" for slot in source.scalar_params]
+        scalars = [f"v{slot}" for slot in source.scalar_params] + \
+            [self._float(f"q{n}_{j}", number) for j, number in enumerate(source.numbers)]
+        size = self._int(segment.size)
         result = self._fresh("seg")
-        self.forward.append(f"{result} = _s{n}_forward({', '.join([workers] + arrays + scalars)})")
+        self.forward.append(f"{result} = _s{n}_forward("
+                            f"{', '.join([workers, size] + arrays + scalars)})")
         self._check(self.forward, f"{result}[0]")
         for j, slot in enumerate(segment.sums):
             self.forward.append(f"v{slot} = {result}[{j + 1}]")
@@ -494,7 +529,7 @@ class _Writer:
                 gradients += [self.c[slot], f"({self.a[slot]})"]
             out = self._fresh("seg")
             self.lines.append(f"{out} = _s{n}_backward(" + ", ".join(
-                [workers] + [self.g[slot] for slot in segment.sums] + arrays + scalars
+                [workers, size] + [self.g[slot] for slot in segment.sums] + arrays + scalars
                 + gradients[0::2] + gradients[1::2]) + ")")
             bad = self._fresh("bad")
             self.lines.append(f"{bad} = {self.bad} + {out}[0]")
@@ -555,12 +590,18 @@ class _Constant:
 
 class Fusion:
     """A fused program: ``fusion(values)`` gives ``(value, cotangents by leaf)`` (None
-    where no cotangent reached a leaf), or None when the replay must run instead."""
+    where no cotangent reached a leaf), or None when the replay must run instead.
 
-    def __init__(self, source, namespace, kernels, leaves, scalar_leaves, array_leaves,
-                 shared, transformed, accumulators, blocks, output_type, helpers, threaded,
-                 cacheable, kernel_keys):
+    Its function (``function``, set by whoever compiles it or finds it compiled: see
+    :mod:`.compiled`) is that of every program whose :attr:`key` is equal: the same
+    source, calling the same objects (kernel loops, helpers)."""
+
+    def __init__(self, source, namespace, ints, floats, kernels, leaves, scalar_leaves,
+                 array_leaves, shared, transformed, accumulators, blocks, output_type, helpers,
+                 threaded, cacheable, kernel_keys):
         self.source, self.namespace, self.kernels = source, namespace, kernels
+        # The sizes and constants of this program, the function's N and K
+        self.ints, self.floats = np.array(ints, np.int64), np.array(floats, np.float64)
         self.output_type = output_type
         # The helper functions to compile ((name, parallel)); the most elements a part
         # on threads loops over (0: none); whether the function may be cached on disk
@@ -578,19 +619,26 @@ class Fusion:
         numbers = {slot: n for n, (slot, _) in enumerate(accumulators)}
         self.kinds = [-1 if leaf in scalar_leaves else numbers.get(leaf)
                       for leaf in range(leaves)]
+        # The source as compiled: its name (the file's) must change with anything it
+        # is compiled from: the loops' files (named by their kernels' fingerprints) and
+        # the numbers bound in its namespace (listed on top).
+        loops = "".join(f"# _loop{k}: {prepared.source}\n"
+                        for k, prepared in enumerate(kernels))
+        loops += "".join(f"# kernel: {key}\n" for key in kernel_keys)
+        constants = "".join(f"# {name} = {_exact(value)}\n"
+                            for name, value in sorted(namespace.items())
+                            if type(value) in (float, int, tuple))
+        self.text = "# dualbcast: a fused replay\n" + loops + constants + source
+        # What the function is: its source and the objects its namespace binds (by
+        # identity: whoever keeps the key keeps them too, see .compiled).
+        self.objects = tuple(value for _, value in sorted(namespace.items())
+                             if type(value) not in (float, int, tuple))
+        self.key = (self.text, tuple(map(id, self.objects)))
 
     def compile(self):
-        """Compile (or load from the disk cache) the fused function."""
-        # The source's name (the file's) must change with anything it is compiled
-        # from: the loops' files (named by their kernels' fingerprints), and the
-        # constants, shapes and row counts bound in its namespace (listed on top).
-        loops = "".join(f"# _loop{k}: {prepared.source}\n"
-                        for k, prepared in enumerate(self.kernels))
-        loops += "".join(f"# kernel: {key}\n" for key in self.kernel_keys)
-        constants = "".join(f"# {name} = {_exact(value)}\n"
-                            for name, value in sorted(self.namespace.items())
-                            if type(value) in (float, int, tuple))
-        source = "# dualbcast: a fused replay\n" + loops + constants + self.source
+        """A new dispatcher of the fused function, compiled (or loaded from the disk
+        cache) at its first call."""
+        source = self.text
         name = hashlib.sha256(source.encode()).hexdigest()[:24]
         module = load_loop(source, self.namespace, "fused", name) if self.cacheable else None
         if module is None:
@@ -605,8 +653,7 @@ class Fusion:
             if helper is not None and not isinstance(helper, numba.core.dispatcher.Dispatcher):
                 functions[name] = numba.njit(error_model="numpy", cache=cache, nogil=True,
                                              parallel=parallel)(helper)
-        python_function = functions["fused"]
-        self.function = numba.njit(error_model="numpy", cache=cache)(python_function)
+        return numba.njit(error_model="numpy", cache=cache)(functions["fused"])
 
     def __call__(self, values):
         if self.threaded >= config.parallel_threshold and config.threads > 1 \
@@ -619,7 +666,7 @@ class Fusion:
 
     def _run(self, values, workers):
         # (loops, not comprehensions: this is most of a small fused call's Python time)
-        args = [workers]
+        args = [workers, self.ints, self.floats]
         for leaf in self.scalar_leaves:
             args.append(float(values[leaf]))
         for leaf in self.array_leaves:

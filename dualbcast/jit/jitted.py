@@ -19,6 +19,7 @@ from ..core.tape import (Tape, backward, raise_float_errors, restore_float_error
                          underflow_ignored)
 from ..core.trace import (SEED_FOR, ArgumentPositions, gradient_like, leaf_gradients,
                           trace_value, tracing_state, value_and_gradient)
+from .compiled import FusedFunctions
 from .program import Entry, GuardFailed, compile_program
 from .recorder import COPY_LIMIT, ProgramRecorder
 from .signature import Unreplayable, free_variables, signature
@@ -36,7 +37,13 @@ def jit(fn: Callable) -> Callable:
     them on the new values without running ``f``'s Python code.  The program takes its
     final form early: the second call writes it out as Python code, and the third
     compiles a program of kernel sums and scalar arithmetic into one Numba function
-    (about a second, once: it is cached on disk beside the kernels' loops).
+    (about a second, once: it is cached on disk beside the kernels' loops).  That
+    function takes the program's sizes and constants as arguments: a program traced
+    for another shape, or another value of a non-differentiated float, runs the one
+    already compiled.  Numba keeps what it compiles until the process ends, so a
+    jitted function fuses at most 8 different programs (a loop whose length is an
+    argument makes one per length); it replays the others as generated Python code,
+    the same bits, and says so once on the ``"dualbcast"`` logger.
 
     Any other function (one that calls :func:`dualbcast.jvp`, ``grad``, ``hessian``,
     ``jacobian`` inside — a Hessian-vector product — or no derivative at all): its
@@ -156,6 +163,7 @@ class Programs:
         self.f = f
         self.free_variables = free_variables(f)
         self.entries = {}       # signature key -> program.Entry, oldest first
+        self.fused_functions = FusedFunctions(getattr(f, "__qualname__", repr(f)))
 
     def call(self, args, kwargs, positions, differentiated, out, single):
         """One value and gradient: replayed if it can be, else traced (and recorded)."""
@@ -296,7 +304,8 @@ class Call:
             return outputs[0]
 
         def gradients_of(tape, seeds):
-            program = compile_program(tape, recorder, outputs[0], arrays, free)
+            program = compile_program(tape, recorder, outputs[0], arrays, free,
+                                      self.programs.fused_functions)
             entry.traces += 1
             entry.program = program
             entry.replayable = program is not None

@@ -6,7 +6,8 @@ fresh tape (calling the record's function on the new values), the guards are che
 where the trace met them, and the core's backward pass follows.  After
 ``GENERATE_AFTER`` runs its forward and backward passes are written out as Python
 code (:mod:`.codegen`), and a program of kernel sums and scalar arithmetic is planned
-as one Numba function (:mod:`.fusion`), compiled after ``FUSE_AFTER`` short-path runs.
+as one Numba function (:mod:`.fusion`), compiled after ``FUSE_AFTER`` short-path runs
+(or found compiled: :mod:`.compiled`).
 """
 import operator
 import weakref
@@ -42,12 +43,13 @@ class Program:
     FUSE_UP_TO = 100
 
     __slots__ = ("steps", "guards", "generated", "runs", "output", "leaves", "slots",
-                 "fusion", "short_runs", "assumptions")
+                 "fusion", "short_runs", "assumptions", "fused_functions")
 
-    def __init__(self, tape, recorder, output, arrays, free):
+    def __init__(self, tape, recorder, output, arrays, free, fused_functions):
         """``recorder``: the trace's :class:`.recorder.ProgramRecorder`; ``arrays``:
         copies of the non-differentiated argument arrays as the trace began; ``free``:
-        f's free variables then (:func:`.signature.free_variables`)."""
+        f's free variables then (:func:`.signature.free_variables`);
+        ``fused_functions``: the jitted function's :class:`.compiled.FusedFunctions`."""
         self.leaves = len(tape.values) - len(tape.records)
         self.slots = len(tape.values)
         self.output = ("slot", output.slot) if type(output) is Box else ("constant", output)
@@ -58,6 +60,7 @@ class Program:
         self.fusion = None          # the program as one Numba function, if it can be
         self.short_runs = 0
         self.assumptions = Assumptions(tape, recorder, arrays, free)
+        self.fused_functions = fused_functions
 
     def check(self, arrays, read_free_variables):
         """:class:`GuardFailed` unless what the signature cannot hold is as at the
@@ -99,8 +102,9 @@ class Program:
 
     def run_fused(self, values):
         """The fused program's ``(value, cotangents by leaf)``, or None: not compiled
-        yet (it is after ``FUSE_AFTER`` short-path runs), or it handed the call back (a
-        non-finite value, an error: the replay will meet it)."""
+        yet (it is after ``FUSE_AFTER`` short-path runs), not to be (the jitted function
+        fused as many programs as it may: see :mod:`.compiled`), or it handed the call
+        back (a non-finite value, an error: the replay will meet it)."""
         fusion = self.fusion
         first = None                    # the first call compiles: reported
         if fusion.function is None:
@@ -108,8 +112,10 @@ class Program:
             if self.short_runs < self.FUSE_AFTER:
                 return None
             try:
-                fusion.compile()
+                fusion.function = self.fused_functions.function_for(fusion)
             except Exception:           # not a user's error: the replay does without
+                fusion.function = None
+            if fusion.function is None:
                 self.fusion = None
                 return None
             first = watching(fusion.function, lambda: f"a db.jit program of {self.slots} "
@@ -222,14 +228,14 @@ def program_guards(recorder):
     return [(position, _guard(*rest)) for position, *rest in recorder.guards]
 
 
-def compile_program(tape, recorder, output, arrays, free):
+def compile_program(tape, recorder, output, arrays, free, fused_functions):
     """The :class:`Program` of a finished trace, or None if it cannot be replayed."""
     if not recorder.replayable:
         return None
     leaves = len(tape.values) - len(tape.records)
     if any(record.out != leaves + k for k, record in enumerate(tape.records)):
         return None                     # slots not in record order: nothing to rely on
-    return Program(tape, recorder, output, arrays, free)
+    return Program(tape, recorder, output, arrays, free, fused_functions)
 
 
 def _steps(records, guards):

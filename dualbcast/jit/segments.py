@@ -76,7 +76,6 @@ class Segment:
     def __init__(self, start, stop, shape, steps, arrays):
         self.start, self.stop, self.shape, self.steps = start, stop, shape, steps
         self.size = int(np.prod(shape))
-        self.nchunks = -(-self.size // CHUNK)
         self.arrays = arrays
         self.sums = [step.out for step in steps if step.kind == _SUM]
         self.kernels = [step.kernel for step in steps if step.kind == _MAP]
@@ -190,25 +189,35 @@ class SegmentSource:
     """The source of one segment's helpers, segment number ``n`` of its fused function,
     and what the function passes them:
 
-    - ``_s{n}_forward(workers, *arrays, *scalars) -> (check, *sums)``;
-    - ``_s{n}_backward(workers, *sums' cotangents, *arrays, *scalars, *per leaf
-      gradient: (its gradient so far, whether one reached it)) -> (check, *dots)``.
+    - ``_s{n}_forward(workers, size, *arrays, *scalars, *numbers) -> (check, *sums)``;
+    - ``_s{n}_backward(workers, size, *sums' cotangents, *arrays, *scalars, *numbers,
+      *per leaf gradient: (its gradient so far, whether one reached it)) -> (check,
+      *dots)``.
 
-    ``arrays``: :attr:`array_params` (``(ARRAY_SLOT, leaf)`` or ``(ARRAY, index)``);
-    ``scalars``: :attr:`scalar_params` (slots); the leaf gradients:
+    ``size``: the segment's number of elements; ``arrays``: :attr:`array_params`
+    (``(ARRAY_SLOT, leaf)`` or ``(ARRAY, index)``); ``scalars``: :attr:`scalar_params`
+    (slots); ``numbers``: :attr:`numbers` (the constant numbers the kernels take, in
+    order); the leaf gradients:
     :attr:`leaf_gradients`; each dot the cotangent of one scalar argument of one
     kernel, in the order the replay's backward pass adds them (:attr:`dots`, their
     slots).  ``check`` is nan when a chunk failed (an exception in a kernel) or a
-    square was not finite (NumPy would have warned): the replay must run."""
+    square was not finite (NumPy would have warned): the replay must run.
+
+    The source names no size and no number: they are arguments, so that one compiled
+    function serves the segment at every size and for every value of its numbers."""
 
     def __init__(self, segment, n, namespace, threaded):
         self.segment, self.n, self.threaded = segment, n, threaded
         steps = segment.steps
         self.made = {step.out for step in steps if step.kind != _SUM}   # arrays made here
         self.array_params, self.scalar_params = [], []      # what the helpers are passed
-        for step in steps:
-            for operand in step.operands:
-                if operand[0] == SCALAR_SLOT and operand[1] not in self.scalar_params:
+        self.numbers, self.number_names = [], {}            # (step, operand) -> its name
+        for k, step in enumerate(steps):
+            for m, operand in enumerate(step.operands):
+                if operand[0] == NUMBER:
+                    self.number_names[k, m] = f"Q{len(self.numbers)}"
+                    self.numbers.append(operand[1])
+                elif operand[0] == SCALAR_SLOT and operand[1] not in self.scalar_params:
                     self.scalar_params.append(operand[1])
                 elif (operand[0] == ARRAY or operand[0] == ARRAY_SLOT
                       and operand[1] not in self.made) and operand not in self.array_params:
@@ -231,8 +240,10 @@ class SegmentSource:
         # Squares read by more than sums: NumPy warns when one overflows, so each is
         # checked (one feeding only sums is checked by the sums, which the fused
         # function checks; the check's running sum keeps LLVM from vectorising).
+        # (array operands only: a number's value is no slot)
         self.checked = {step.out for step in steps if step.kind == _SQUARE} & {
-            operand[1] for step in steps if step.kind != _SUM for operand in step.operands}
+            operand[1] for step in steps if step.kind != _SUM for operand in step.operands
+            if operand[0] == ARRAY_SLOT}
         self.namespace = namespace
         for k, step in enumerate(steps):
             if step.kind == _MAP:
@@ -255,9 +266,7 @@ class SegmentSource:
             return f"{self._array_name(operand)}[b + i]"
         if kind == SCALAR_SLOT:
             return f"V{self.scalar_params.index(item)}"
-        name = f"q{self.n}_{k}_{m}"
-        self.namespace[name] = item
-        return name
+        return self.number_names[k, m]
 
     # ---------------------------------------------------------------- writing
 
@@ -265,7 +274,9 @@ class SegmentSource:
         n, seg = self.n, self.segment
         steps = seg.steps
         arrays = [f"A{j}" for j in range(len(self.array_params))]
-        scalars = [f"V{j}" for j in range(len(self.scalar_params))]
+        # (the numbers are passed as the scalars are)
+        scalars = [f"V{j}" for j in range(len(self.scalar_params))] + \
+            [f"Q{j}" for j in range(len(self.numbers))]
         terms = [f"T{j}" for j in range(len(seg.sums))]
         grads = [f"R{j}" for j in range(len(self.leaf_gradients))]
         flags = [f"F{j}" for j in range(len(self.leaf_gradients))]
@@ -280,7 +291,7 @@ class SegmentSource:
         # kept LLVM from vectorising.  The block's arrays are allocated here, so that
         # LLVM knows no other array is them (passed in, they kept it from vectorising).
         head = [f"    lo = _u(c * {CHUNK})",
-                f"    hi = _u(min(c * {CHUNK} + {CHUNK}, {seg.size}))"]
+                f"    hi = _u(min(c * {CHUNK} + {CHUNK}, size))"]
         blocks = ["    for b in range(lo, hi, _u(BLOCK)):",
                   "        m = min(_u(BLOCK), hi - b)"]
 
@@ -302,7 +313,7 @@ class SegmentSource:
             else:
                 body += loop([f"T{term}[b + i] = {args[0]}"])
                 term += 1
-        params = ", ".join(["c"] + arrays + scalars + terms)
+        params = ", ".join(["c", "size"] + arrays + scalars + terms)
         lines += [f"def _s{n}_values({params}):"] + head + ["    check = 0.0"]
         lines += [f"    e{slot} = _empty(BLOCK)" for slot in made] + blocks + body
         lines += ["    return check", ""]
@@ -374,7 +385,7 @@ class SegmentSource:
                 else:
                     statements.append(contribute(slot, ct))
             body += loop(statements)
-        params = ", ".join(["c", "dots"] + sum_cts + arrays + scalars + grads + flags)
+        params = ", ".join(["c", "size", "dots"] + sum_cts + arrays + scalars + grads + flags)
         lines += [f"def _s{n}_gradients({params}):"] + head + setup
         lines += [f"    rows = _empty(({len(self.dots)}, {CHUNK}))"]
         lines += [f"    {name} = _empty(BLOCK)" for name in
@@ -385,24 +396,22 @@ class SegmentSource:
                   "    return 0.0", ""]
 
         # --- the drivers: chunks in order on one thread, or shared by workers
-        flat = [f"    {a} = {a}.reshape({seg.size})" for a in arrays]
+        flat = [f"    {a} = {a}.reshape(size)" for a in arrays]
         values_args = ", ".join(arrays + scalars + terms)
         gradient_args = ", ".join(sum_cts + arrays + scalars + grads + flags)
-        nchunks, ndots = seg.nchunks, len(self.dots)
+        ndots = len(self.dots)
         if self.threaded:
-            lines += self._guarded(f"_s{n}_values", ["c"] + arrays + scalars + terms)
-            lines += self._guarded(f"_s{n}_gradients", ["c", "dots"] + sum_cts
+            lines += self._guarded(f"_s{n}_values", ["c", "size"] + arrays + scalars + terms)
+            lines += self._guarded(f"_s{n}_gradients", ["c", "size", "dots"] + sum_cts
                                    + arrays + scalars + grads + flags)
             # (the chunks taken from a queue as threads get free: kernel/threads.py)
-            for name, args in (("values", f"checks, {values_args}"),
-                               ("gradients", f"checks, dots, {gradient_args}")):
-                call = args.replace("checks, ", "c, ", 1)
-                lines += [f"def _s{n}_{name}_threads(workers, {args}):",
+            for name, args in (("values", values_args), ("gradients", f"dots, {gradient_args}")):
+                lines += [f"def _s{n}_{name}_threads(workers, nchunks, size, checks, {args}):",
                           "    queue = _zeros(1, _int64)",
                           "    for t in _prange(workers):",
                           "        c = _next_chunk(queue)",
-                          f"        while c < {nchunks}:",
-                          f"            checks[c] = _s{n}_{name}_guarded({call})",
+                          "        while c < nchunks:",
+                          f"            checks[c] = _s{n}_{name}_guarded(c, size, {args})",
                           "            c = _next_chunk(queue)", ""]
 
         def chunks(threads, one_thread):
@@ -412,29 +421,32 @@ class SegmentSource:
             return (["    if workers > 1:", "        " + threads, "    else:"]
                     + ["        " + line for line in one_thread])
 
-        lines += [f"def _s{n}_forward({', '.join(['workers'] + arrays + scalars)}):"] + flat
-        lines += [f"    {t} = _empty({seg.size})" for t in terms]
-        lines += [f"    checks = _empty({nchunks})"]
-        lines += chunks(f"_s{n}_values_threads(workers, checks, {values_args})",
-                        [f"for c in range({nchunks}):",
-                         f"    checks[c] = _s{n}_values(c, {values_args})"])
-        lines += ["    check = 0.0", f"    for c in range({nchunks}):",
+        count = [f"    nchunks = (size + {CHUNK - 1}) // {CHUNK}"]
+        lines += [f"def _s{n}_forward({', '.join(['workers', 'size'] + arrays + scalars)}):"]
+        lines += flat + count
+        lines += [f"    {t} = _empty(size)" for t in terms]
+        lines += ["    checks = _empty(nchunks)"]
+        lines += chunks(f"_s{n}_values_threads(workers, nchunks, size, checks, {values_args})",
+                        ["for c in range(nchunks):",
+                         f"    checks[c] = _s{n}_values(c, size, {values_args})"])
+        lines += ["    check = 0.0", "    for c in range(nchunks):",
                   "        check += checks[c]",
                   f"    return (check, {''.join(f'_numpy_sum({t}), ' for t in terms)})", ""]
-        lines += [f"def _s{n}_backward("
-                  f"{', '.join(['workers'] + sum_cts + arrays + scalars + grads + flags)}):"]
-        lines += flat
-        lines += [f"    dots = _empty(({nchunks}, {max(ndots, 1)}))",
-                  f"    checks = _empty({nchunks})"]
-        lines += chunks(f"_s{n}_gradients_threads(workers, checks, dots, {gradient_args})",
-                        [f"for c in range({nchunks}):",
-                         f"    checks[c] = _s{n}_gradients(c, dots, {gradient_args})"])
-        lines += ["    check = 0.0", f"    for c in range({nchunks}):",
+        lines += [f"def _s{n}_backward(" + ", ".join(["workers", "size"] + sum_cts + arrays
+                                                     + scalars + grads + flags) + "):"]
+        lines += flat + count
+        lines += [f"    dots = _empty((nchunks, {max(ndots, 1)}))",
+                  "    checks = _empty(nchunks)"]
+        lines += chunks(f"_s{n}_gradients_threads(workers, nchunks, size, checks, dots, "
+                        f"{gradient_args})",
+                        ["for c in range(nchunks):",
+                         f"    checks[c] = _s{n}_gradients(c, size, dots, {gradient_args})"])
+        lines += ["    check = 0.0", "    for c in range(nchunks):",
                   "        check += checks[c]"]
         totals = []
         for d in range(ndots):
             # the chunks' sums added in order, as nan_safe_dot adds them
-            lines += [f"    total{d} = 0.0", f"    for c in range({nchunks}):",
+            lines += [f"    total{d} = 0.0", "    for c in range(nchunks):",
                       f"        total{d} += dots[c, {d}]"]
             totals.append(f"total{d}, ")
         lines += [f"    return (check, {''.join(totals)})", ""]
