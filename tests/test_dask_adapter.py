@@ -473,6 +473,19 @@ def test_tracing_over_dask_computes_nothing(build):
     assert _computes(build) == 0
 
 
+@pytest.mark.parametrize("program, function", [
+    (lambda x: np.sum(x @ np.ones((6, 2))), r"np\.matmul \(@, np\.dot\)"),
+    (lambda x: np.prod(x), r"np\.prod"),
+    (lambda x: np.sum(np.sort(x) * np.arange(6.0)), r"np\.sort"),
+    (lambda x: np.trace(np.reshape(x, (2, 3))), r"np\.diagonal or np\.trace"),
+])
+def test_rules_without_a_lazy_form_name_their_function(program, function):
+    x = da.from_array(np.linspace(0.5, 1.5, 6), chunks=3)
+    with pytest.raises(NotImplementedError, match=rf"gradient rule of {function} computes "
+                                                  rf"on NumPy arrays"):
+        db.grad(program)(x)
+
+
 def test_scalar_arithmetic_between_lazy_sums_is_nan_safe():
     x_np = np.array([0.0, 1.0, 2.0])
     f = lambda w, x: np.sum((w * 0.0) * np.log(x)) + w * np.sum(x)          # noqa: E731

@@ -65,7 +65,7 @@ def embed_diagonal(g, shape, offset=0, axis1=0, axis2=1):
 def _embedded_diagonal(g, shape, offset, axis1, axis2):
     if type(g) is Box:              # traced by an enclosing trace: recorded there
         return embed_diagonal(g, shape, offset, axis1, axis2)
-    numpy_only(g)
+    numpy_only(g, function="np.diagonal or np.trace")
     axis1, axis2 = normalize_axis_index(axis1, len(shape)), normalize_axis_index(axis2, len(shape))
     rest = [n for i, n in enumerate(shape) if i not in (axis1, axis2)]
     out = np.zeros(rest + [shape[axis1], shape[axis2]], np.result_type(g))
@@ -123,7 +123,7 @@ def _diff_rule(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
 # ------------------------------------------------------------------ sort
 
 def _sort_vjp(g, ans, a, axis=-1, kind=None, stable=None):
-    numpy_only(g, a)
+    numpy_only(g, a, function="np.sort")
     # Each sorted position's cotangent goes back to the element NumPy's stable sort put
     # there (ties: in their original order): a gather by the inverse permutation.
     shape = np.shape(a)

@@ -92,20 +92,21 @@ def is_lazy(x):
     return type(x) is not np.ndarray and type(x) not in SCALARS and type(x) is not Box
 
 
-def numpy_only(*values):
-    """Refuse a lazy (Dask) value in a rule that computes on NumPy arrays (converting it
-    would compute the whole graph now, into memory)."""
+def numpy_only(*values, function):
+    """Refuse a lazy (Dask) value in the rule of ``function`` (its name, as users call
+    it) that computes on NumPy arrays (converting it would compute the whole graph now,
+    into memory)."""
     if any(is_dask_array(value) for value in values):
         raise NotImplementedError(
-            "dualbcast: this NumPy function's gradient rule computes on NumPy arrays; over "
-            "Dask arrays it has no lazy rule (kernel maps and sums, elementwise functions, "
-            "sums, means, slices and reshapes have one)")
+            f"dualbcast: the gradient rule of {function} computes on NumPy arrays; over "
+            f"Dask arrays it has no lazy rule (kernel maps and sums, elementwise functions, "
+            f"sums, means, slices and reshapes have one)")
 
 
-def as_array(x):
+def as_array(x, function):
     """``x`` as a NumPy array (a NumPy or Python scalar too); a traced value as it is; a
-    Dask array refused (:func:`numpy_only`)."""
-    numpy_only(x)
+    Dask array refused in ``function``'s rule (:func:`numpy_only`)."""
+    numpy_only(x, function=function)
     return x if type(x) is Box else np.asarray(x)
 
 

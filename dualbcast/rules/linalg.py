@@ -30,10 +30,10 @@ def multilinear(func):
 def _as_matrices(g, a, b):
     # matmul treats a vector as a matrix with a 1 inserted, then removed: do the same to
     # the operands and the cotangent, so one pair of formulas covers every case.
-    a, b = as_array(a), as_array(b)
+    a, b = as_array(a, "np.matmul (@, np.dot)"), as_array(b, "np.matmul (@, np.dot)")
     a2 = a[None, :] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
-    g2 = as_array(g)
+    g2 = as_array(g, "np.matmul (@, np.dot)")
     if b.ndim == 1:
         g2 = g2[..., None]
     if a.ndim == 1:

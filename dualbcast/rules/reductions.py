@@ -56,7 +56,7 @@ def _mean_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
 
 
 def _prod_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
-    x = as_array(x)
+    x = as_array(x, "np.prod")
     if x.size == 0:
         return np.zeros(x.shape, np.result_type(g, x))    # nothing to differentiate
     return nan_safe(_restore(g, x.shape, axis, keepdims), _product_of_others(x, axis))
@@ -78,7 +78,7 @@ def _product_of_others(x, axis):
 
 
 def _prod_jvp(tangents, ans, x, axis=None, keepdims=False, dtype=None):
-    x = as_array(x)
+    x = as_array(x, "np.prod")
     if x.size == 0:
         return None                 # the empty product: a constant 1
     return _summed(nan_safe(tangents[0], _product_of_others(x, axis)), axis=axis,
