@@ -413,3 +413,45 @@ def test_a_write_that_fails_leaves_no_damage(tmp_path, how):
     _check(after)
     assert (after["hits"], after["misses"]) == (0, 1)
     assert after["reloaded"] == 1
+
+
+# dualbcast's own Numba helpers are cached in the package's __pycache__ (here in
+# NUMBA_CACHE_DIR, where Numba puts every cache when it is set): a scatter-add, a kernel
+# map's backward product, a db.jit program's fused runtime.
+PACKAGE_HELPERS = '''
+import json, logging, numpy as np
+import dualbcast as db
+from dualbcast.core.scatter import scatter_add
+said = []
+handler = logging.Handler()
+handler.emit = lambda record: said.append(record.getMessage())
+logging.getLogger("dualbcast").addHandler(handler)
+logging.getLogger("dualbcast").setLevel(logging.INFO)
+buffer = np.zeros(5)
+scatter_add(buffer, np.arange(40) % 5, np.ones(40))
+grad = db.grad(lambda x: np.sum(np.sin(x[np.arange(40) % 5])))(np.linspace(0.0, 1.0, 5))
+print(json.dumps({"buffer": buffer.tolist(), "grad": grad.tolist(),
+                  "unloadable": sum("could not be loaded" in line for line in said)}))
+'''
+
+
+def test_a_damaged_entry_of_the_package_s_own_helpers_is_compiled_afresh(tmp_path):
+    numba_cache = tmp_path / "numba"
+    env = dict(_env(tmp_path / "loops"), NUMBA_CACHE_DIR=str(numba_cache))
+    x = np.linspace(0.0, 1.0, 5)
+
+    def run():
+        done = subprocess.run([sys.executable, "-c", PACKAGE_HELPERS], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout.splitlines()[-1])
+        np.testing.assert_array_equal(result["buffer"], np.full(5, 8.0))
+        np.testing.assert_allclose(result["grad"], 8.0 * np.cos(x), rtol=1e-14)
+        return result
+    run()
+    entries = [path for path in numba_cache.rglob("*") if path.suffix in (".nbi", ".nbc")]
+    assert any("scatter" in path.name for path in entries), entries
+    for path in entries:
+        path.write_bytes(b"garbage")
+    assert run()["unloadable"] >= 1
+    assert run()["unloadable"] == 0         # replaced

@@ -12,8 +12,9 @@ v2) + ...`` in index order.  Out-of-range indices raise ``np.add.at``'s IndexErr
 before anything is written (``np.add.at`` itself raises it), and every other index
 form goes to ``np.add.at``.
 """
-import numba
 import numpy as np
+
+from ..safe_cache import guarded_njit
 
 # np.add.at costs ~2 µs and ~12-16 ns per value, the compiled loop ~1.5 µs of calls
 # and ~1-3 ns per value: np.add.at only for a handful of values.
@@ -98,7 +99,7 @@ def _compiled_add(buffer, idx, values, shape):
     return True
 
 
-@numba.njit(error_model="numpy", cache=True, nogil=True)
+@guarded_njit(error_model="numpy", cache=True, nogil=True)
 def _add_rows(buffer, idx, values):
     """Add the rows ``values`` (count, width) into the rows ``idx`` (count,) of
     ``buffer`` (n0, width), in index order, ``idx`` in range and non-negative."""

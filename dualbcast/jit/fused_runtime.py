@@ -5,7 +5,6 @@ record's backward pass makes, as a call, so the fused function stays one block o
 straight-line code (Numba compiles that in time linear in its length).  The
 ``_GRADIENT_SOURCE`` helpers are compiled with the fused module itself, from a rule's
 form."""
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
@@ -13,6 +12,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..rules.fast import SUM_COTANGENT_FORM
+from ..safe_cache import guarded_njit
 
 
 @intrinsic
@@ -28,7 +28,7 @@ def _libm_pow(typingctx, x, y):
     return types.float64(types.float64, types.float64), codegen
 
 
-@numba.njit(error_model="numpy", cache=True)
+@guarded_njit(error_model="numpy", cache=True)
 def exact_sum(values):
     """``math.fsum(values)`` for finite values whose partial sums stay finite (else
     inf or nan, which a fused program hands back): CPython's algorithm, Shewchuk's
@@ -79,7 +79,7 @@ def exact_sum(values):
     return hi
 
 
-@numba.njit(error_model="numpy", cache=True)
+@guarded_njit(error_model="numpy", cache=True)
 def chunk_sum(totals, column):
     """A kernel sum's loop's result (the sum, or a register gradient: ``column``) from
     its chunks' rows of ``totals``, added up as the replay adds them: one chunk's as it
@@ -89,7 +89,7 @@ def chunk_sum(totals, column):
     return exact_sum(totals[:, column])
 
 
-@numba.njit(error_model="numpy", cache=True)
+@guarded_njit(error_model="numpy", cache=True)
 def numpy_sum(values):
     """``np.add.reduce(values)`` of a 1-d C-contiguous float64 array, as NumPy adds it
     up: 0.0 plus the pairwise sum (halves split at a multiple of 8, down to blocks of
@@ -133,7 +133,7 @@ def numpy_sum(values):
     return 0.0 + total
 
 
-@numba.njit(error_model="numpy", cache=True)
+@guarded_njit(error_model="numpy", cache=True)
 def _block_sum(a, lo, n):
     if n < 8:
         total = 0.0
@@ -173,14 +173,14 @@ def _block_sum(a, lo, n):
 # LLVM, not by Numba: Numba sees one statement), each loop is inside one, and every
 # value has a name of its own.
 
-@numba.njit(error_model="numpy", cache=True)
+@guarded_njit(error_model="numpy", cache=True)
 def _where(condition, x, y):
     """``x if condition else y``; both already computed (pure float expressions:
     evaluating the branch not taken changes nothing)."""
     return x if condition else y
 
 
-@numba.njit(error_model="numpy", cache=True)
+@guarded_njit(error_model="numpy", cache=True)
 def _add_to(live, reached, g, ct, bad):
     """``(g, reached, bad)`` once ``ct`` is added to a scalar's cotangent ``g`` where
     ``live`` (the first is kept as it is: None + ct is ct, where 0.0 + -0.0 would not
@@ -192,7 +192,7 @@ def _add_to(live, reached, g, ct, bad):
     return g, reached, bad
 
 
-@numba.njit(error_model="numpy", cache=True)
+@guarded_njit(error_model="numpy", cache=True)
 def _nan_safe(ct, g):
     """A vjp's cotangent, 0 where the cotangent ``g`` it came from is 0 (NaN-safe as
     the vjps are)."""

@@ -56,6 +56,7 @@ from ..core.tape import LinearRecord
 from ..dual import make_dual, partials_of, value_of
 from ..kernel.arguments import read_only_alias
 from ..kernel.cache import load_loop
+from ..safe_cache import guarded_njit
 from ..kernel.loops import REGISTER, STORE, lane_sum
 from ..kernel.products import nan_safe_product
 from ..kernel.threads import enter_parallel_region, leave_parallel_region, next_chunk
@@ -651,9 +652,9 @@ class Fusion:
         for name, parallel in helpers + self.helpers:
             helper = functions.get(name)
             if helper is not None and not isinstance(helper, numba.core.dispatcher.Dispatcher):
-                functions[name] = numba.njit(error_model="numpy", cache=cache, nogil=True,
-                                             parallel=parallel)(helper)
-        return numba.njit(error_model="numpy", cache=cache)(functions["fused"])
+                functions[name] = guarded_njit(error_model="numpy", cache=cache, nogil=True,
+                                               parallel=parallel)(helper)
+        return guarded_njit(error_model="numpy", cache=cache)(functions["fused"])
 
     def __call__(self, values):
         if self.threaded >= config.parallel_threshold and config.threads > 1 \

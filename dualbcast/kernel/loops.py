@@ -54,7 +54,8 @@ import numpy as np
 
 from ..dual import DualType, make_dual, partials_of, value_of
 from .arguments import ARRAY, STRIDED
-from .cache import guarded_njit, load_loop
+from ..safe_cache import guarded_njit
+from .cache import load_loop
 from .threads import next_chunk
 
 MODES = ("map", "sum", "partials", "sum_partials", "tangent", "sum_tangent",

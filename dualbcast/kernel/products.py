@@ -22,6 +22,7 @@ import numba
 import numpy as np
 
 from ..config import config
+from ..safe_cache import guarded_njit
 from .loops import lane_sum
 from .threads import enter_parallel_region, leave_parallel_region, next_chunk
 
@@ -119,7 +120,7 @@ def _workers(size):
 # (Each pass takes its range as slices and loops from 0: with a loop from ``lo``,
 # Numba's negative-index wraparound made LLVM vectorise with gathers, 3x slower.)
 
-@numba.njit(error_model="numpy", cache=True, nogil=True, forceinline=True)
+@guarded_njit(error_model="numpy", cache=True, nogil=True, forceinline=True)
 def nan_safe_product(g, local):
     """One element of :func:`nan_safe_multiply`: ``g * local``, 0 where a zero factor
     makes a nan (also what a fused chain of kernels computes per element, so that it
@@ -128,13 +129,13 @@ def nan_safe_product(g, local):
     return 0.0 if ((g == 0.0) | (local == 0.0)) & (p != p) else p    # (no branch)
 
 
-@numba.njit(error_model="numpy", cache=True, nogil=True)
+@guarded_njit(error_model="numpy", cache=True, nogil=True)
 def _multiply(g, local, out):
     for i in range(g.size):
         out[i] = nan_safe_product(g[i], local[i])
 
 
-@numba.njit(error_model="numpy", cache=True, nogil=True)
+@guarded_njit(error_model="numpy", cache=True, nogil=True)
 def _multiply_into(g, local):
     # (out is local: a loop of its own, since LLVM's vector loop checks that the
     # output does not overlap an input, and ran the scalar loop when it did: 3x slower)
@@ -142,7 +143,7 @@ def _multiply_into(g, local):
         local[i] = nan_safe_product(g[i], local[i])
 
 
-@numba.njit(parallel=True, error_model="numpy", cache=True, nogil=True)
+@guarded_njit(parallel=True, error_model="numpy", cache=True, nogil=True)
 def _multiply_parallel(g, local, out, workers):
     n = g.size
     queue = np.zeros(1, np.int64)       # chunks taken as threads get free (threads.py)
@@ -154,13 +155,13 @@ def _multiply_parallel(g, local, out, workers):
             c = next_chunk(queue)
 
 
-@numba.njit(error_model="numpy", cache=True, nogil=True)
+@guarded_njit(error_model="numpy", cache=True, nogil=True)
 def _scaled_sum(a, x, b, y, out):
     for i in range(x.size):
         out[i] = a * x[i] + b * y[i]        # (no fastmath: no fused multiply-add)
 
 
-@numba.njit(parallel=True, error_model="numpy", cache=True, nogil=True)
+@guarded_njit(parallel=True, error_model="numpy", cache=True, nogil=True)
 def _scaled_sum_parallel(a, x, b, y, out, workers):
     n = x.size
     queue = np.zeros(1, np.int64)
@@ -172,7 +173,7 @@ def _scaled_sum_parallel(a, x, b, y, out, workers):
             c = next_chunk(queue)
 
 
-@numba.njit(error_model="numpy", cache=True, nogil=True)
+@guarded_njit(error_model="numpy", cache=True, nogil=True)
 def _chunk_dot(g, local, products):
     """The NaN-safe sum of ``g[i] * local[i]`` (one chunk): the products written into
     ``products`` (a vectorised pass), then added up by ``lane_sum`` in an order fixed
@@ -184,7 +185,7 @@ def _chunk_dot(g, local, products):
     return lane_sum(products, g.size)
 
 
-@numba.njit(error_model="numpy", cache=True, nogil=True)
+@guarded_njit(error_model="numpy", cache=True, nogil=True)
 def _dot(g, local):
     # Chunk by chunk, in order: the bits _dot_parallel gives with any number of threads.
     n = g.size
@@ -196,7 +197,7 @@ def _dot(g, local):
     return total
 
 
-@numba.njit(parallel=True, error_model="numpy", cache=True, nogil=True)
+@guarded_njit(parallel=True, error_model="numpy", cache=True, nogil=True)
 def _dot_parallel(g, local, workers):
     n = g.size
     nchunks = (n + CHUNK - 1) // CHUNK

@@ -30,6 +30,7 @@ from numba.extending import intrinsic
 from numba.np.ufunc import parallel as numba_parallel
 
 from ..config import config
+from ..safe_cache import guarded_njit
 
 _region = threading.Lock()
 _forked_after_launch = False    # this process was forked after Numba started its threads
@@ -78,7 +79,7 @@ def multiply_in_place(array, factor):
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-@numba.njit(parallel=True, nogil=True, cache=True)
+@guarded_njit(parallel=True, nogil=True, cache=True)
 def _scale(flat, factor):
     for i in numba.prange(flat.size):
         flat[i] *= factor
