@@ -82,15 +82,23 @@ def _truediv(x, y):
 def _pow(x, y):
     if isinstance(x, DualType) and isinstance(y, types.Integer):
         # Integer power: exact for negative x, and n*x**(n-1) is never 0*inf at 0.
-        # Negative n goes through 1 / x**|n|: Numba's x ** -n raises at x = 0, NumPy's
-        # (and this one) gives inf.
+        # Negative n: the value 1 / x**|n| (Numba's x ** -n of a float raises at x = 0,
+        # NumPy's and this one give inf); on a nested dual (second order) this rule one
+        # level down, whose tangent is the first derivative.  1.0 / (x ** |n|) there
+        # would differentiate x ** |n| first: 0 at x = 0 (and where it underflows), met
+        # by 1 / 0 = inf, which the NaN-safe product makes 0, not -inf.
+        # The derivative n * x**(n-1) as n * (x**n / x), one division: its own derivative
+        # (the second) is then inf at 0 as NumPy's, JAX's and 1.0 / x's, never 0 * inf,
+        # and passes through no x ** (|n| + 1), which under- or overflows first.
+        nested = isinstance(x.dtype, DualType)
+
         def impl(x, y):
             if y >= 0:
                 value = x.val ** y
                 d = 0.0 if y == 0 else y * x.val ** (y - 1)
             else:
-                value = 1.0 / x.val ** (-y)
-                d = y / x.val ** (1 - y)
+                value = x.val ** y if nested else 1.0 / x.val ** (-y)
+                d = y * (value / x.val)
             return make_dual(value, P.scale(x.parts, d))
         return impl
     if mixed_case(x, y) is not None:

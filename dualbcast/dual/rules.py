@@ -5,13 +5,16 @@ number/dual cases of a function, and every case applies the chain rule through t
 NaN-safe helpers of :mod:`dualbcast.dual.partials`.
 """
 import numba
+import numpy as np
+from numba.core import types
 
 from . import partials as P
-from ..vmath import FLOAT_VALUED, IMPLEMENTATION_OF, STAND_INS, with_vector_math
+from ..vmath import (FLOAT_VALUED, IMPLEMENTATION_OF, ROUND, ROUND_NDIGITS_ERROR, STAND_INS,
+                     with_vector_math)
 from .dualtype import REAL, DualType, make_dual, value_of
 from .table import (BINARY, NUMPY_BINARY, NUMPY_EXPRESSIONS, NUMPY_PIECEWISE_CONSTANT,
                     NUMPY_UNARY, PIECEWISE_CONSTANT_BINARY, PIECEWISE_CONSTANT_UNARY,
-                    PREDICATES, UNARY)
+                    PREDICATES, ROUNDING, UNARY)
 
 #: Rules divide by zero on purpose (d log at 0 is +inf): NumPy's error model.  Forced
 #: inlining: a kernel loop is only vectorised when every call in it is inlined.
@@ -111,6 +114,20 @@ def piecewise_constant_binary(fn, value_fn):
         return None
 
 
+def rounding(fn):
+    """``round(x)`` (a float: ``np.rint``) and ``round(x, ndigits)``, derivative 0."""
+    @overload(fn)
+    def rule(x, ndigits=None):
+        if not isinstance(x, DualType):
+            return None
+        if ndigits is None or isinstance(ndigits, (types.NoneType, types.Omitted)):
+            return lambda x, ndigits=None: make_dual(np.rint(x.val), P.zeros(x.parts))
+        if isinstance(ndigits, types.Integer):
+            # (a nested dual's value: this rule of the builtin, one level down)
+            return lambda x, ndigits=None: make_dual(round(x.val, ndigits), P.zeros(x.parts))
+        raise ROUND_NDIGITS_ERROR
+
+
 def predicate(fn):
     @overload(fn)
     def rule(x):
@@ -167,6 +184,9 @@ def register_all():
         piecewise_constant_binary(fn, value_fn)
     for fn in NUMPY_PIECEWISE_CONSTANT:
         piecewise_constant_unary(fn, fn)
+    for fn in ROUNDING:
+        rounding(fn)
+    rounding(ROUND)                                             # (what kernels call)
     for fn in PREDICATES:
         predicate(fn)
     for np_fn, fn in NUMPY_UNARY.items():

@@ -33,12 +33,29 @@ def _sign0(x):
 
 def _pow_dx(x, y, r):
     # y * x**(y - 1), but the exponent-0 case is 0 everywhere (never 0 * inf at x = 0).
-    return 0.0 if y == 0 else y * math.pow(x, y - 1.0)
+    # That 0 is written y / x where it can be (x nonzero, not nan): its derivative in y,
+    # the mixed second derivative x**-1, is kept (a constant 0 made the Hessian of x ** y
+    # at y = 0 lose it on one side: [[0, 0], [1/x, ...]], where JAX gives 1/x on both).
+    if y == 0:
+        return y / x if x != 0 and x == x else 0.0
+    return y * math.pow(x, y - 1.0)
 
 
 def _pow_dy(x, y, r):
     # log(x) * x**y; at x == 0 the limit along x**y is 0 (JAX's convention), not nan.
     return 0.0 if x == 0 else math.log(x) * r
+
+
+@register_jitable
+def _one_minus_square(x):
+    # 1 - x^2, accurate as a value and as a derivative (evaluated on a nested dual, the
+    # second derivative).  Near +-1 as (1 - x)(1 + x): 1 - x is exact there, while 1 - x*x
+    # loses what x*x rounded away.  Elsewhere as 1 - x*x: the derivative of (1 - x)(1 + x),
+    # (1 - x) - (1 + x), cancels near 0 (asin'' lost 3e-5 of itself at 1e-12, all of it
+    # below 1e-17), that of 1 - x*x is -2x exactly.
+    if -0.5 < x < 0.5:
+        return 1.0 - x * x
+    return (1.0 - x) * (1.0 + x)
 
 
 @register_jitable
@@ -49,9 +66,18 @@ def _atan2_d(u, v):
 
 
 @register_jitable
-def _hypot_d(x, r):
-    # At the origin the subgradient 0 is chosen instead of 0/0.
-    return 0.0 if r == 0 else x / r
+def _hypot_d(x, y, r):
+    # d hypot(x, y) / dx = x / r.  At the origin the subgradient 0 is chosen instead of
+    # 0/0.  Where |x| > |y| as sign(x) / sqrt(1 + (y/x)^2), the same number whose own
+    # derivative (the second, y^2 / r^3) is a product: that of x / r, 1/r - x^2/r^3,
+    # cancels as y/x -> 0 (hypot(x, 2)'' lost 4e-11 of itself at x = 1e3, all of it at
+    # 1e10).  x = +-inf keeps x / r: nan, as NumPy's rule, JAX and PyTorch give.
+    if r == 0:
+        return 0.0
+    if abs(y) < abs(x) < math.inf:
+        t = y / x
+        return math.copysign(1.0, x) / math.sqrt(1.0 + t * t)
+    return x / r
 
 
 UNARY = {
@@ -65,15 +91,15 @@ UNARY = {
     math.sin: lambda x, y: math.cos(x),
     math.cos: lambda x, y: -math.sin(x),
     math.tan: lambda x, y: 1.0 + y * y,
-    math.asin: lambda x, y: 1.0 / math.sqrt((1.0 - x) * (1.0 + x)),
-    math.acos: lambda x, y: -1.0 / math.sqrt((1.0 - x) * (1.0 + x)),
+    math.asin: lambda x, y: 1.0 / math.sqrt(_one_minus_square(x)),
+    math.acos: lambda x, y: -1.0 / math.sqrt(_one_minus_square(x)),
     math.atan: lambda x, y: 1.0 / (1.0 + x * x),
     math.sinh: lambda x, y: math.cosh(x),
     math.cosh: lambda x, y: math.sinh(x),
     math.tanh: lambda x, y: 1.0 - y * y,
     math.asinh: lambda x, y: 1.0 / math.hypot(x, 1.0),    # hypot: no overflow of x*x
     math.acosh: lambda x, y: 1.0 / (math.sqrt(x - 1.0) * math.sqrt(x + 1.0)),  # no overflow
-    math.atanh: lambda x, y: 1.0 / ((1.0 - x) * (1.0 + x)),
+    math.atanh: lambda x, y: 1.0 / _one_minus_square(x),
     math.erf: lambda x, y: TWO_OVER_SQRT_PI * math.exp(-x * x),
     math.erfc: lambda x, y: -TWO_OVER_SQRT_PI * math.exp(-x * x),
     math.fabs: lambda x, y: _sign0(x),                    # 0 at 0
@@ -89,7 +115,7 @@ UNARY = {
 BINARY = {
     math.pow: (_pow_dx, _pow_dy),
     math.atan2: (lambda y, x, r: _atan2_d(x, y), lambda y, x, r: -_atan2_d(y, x)),
-    math.hypot: (lambda x, y, r: _hypot_d(x, r), lambda x, y, r: _hypot_d(y, r)),
+    math.hypot: (lambda x, y, r: _hypot_d(x, y, r), lambda x, y, r: _hypot_d(y, x, r)),
     math.copysign: (lambda x, y, r: _sign0(x) * math.copysign(1.0, y), lambda x, y, r: 0.0),
     # d/dy (x % y) = -q, q the quotient the remainder r was computed with: x // y
     # (Python's, NumPy's and Numba's floordiv come from one divmod).  Not floor(x / y):
@@ -155,6 +181,10 @@ NUMPY_EXPRESSIONS = (_np_maximum, _np_minimum, _square, _reciprocal)
 #: call ``dualbcast.vmath``'s float-valued stand-ins for plain floats too).
 PIECEWISE_CONSTANT_UNARY = {math.floor: np.floor, math.ceil: np.ceil, math.trunc: np.trunc}
 PIECEWISE_CONSTANT_BINARY = {operator.floordiv: operator.floordiv}
+#: ``round(x)`` and ``round(x, ndigits)``: derivative 0 too.  ``round(x)`` is valued as
+#: ``np.rint`` (Python's round half to even, kept a float as ``floor``); ``round(x,
+#: ndigits)`` as Numba's round of the float (what the kernel computes without duals).
+ROUNDING = (round,)
 #: NumPy's own piecewise-constant functions (which the formulas above call: a nested
 #: dual differentiates the formulas too, second order).
 NUMPY_PIECEWISE_CONSTANT = (np.sign, np.rint)

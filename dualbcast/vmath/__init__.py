@@ -11,7 +11,10 @@ inline into the loop and vectorise.  ``sqrt`` is already a vector instruction.
 ``math.floor``, ``ceil`` and ``trunc`` are swapped too, in every kernel (libm or not),
 for another reason: Numba's return an ``int64``, and ``floor(inf)``, ``floor(nan)``,
 ``floor(1e300)`` cast to one is ``-2**63``.  Their stand-ins return the float, as
-NumPy's ``np.floor`` does, and so do their dual rules: every kernel mode agrees.
+NumPy's ``np.floor`` does, and so do their dual rules: every kernel mode agrees.  The
+builtin ``round`` likewise (:data:`ROUND`): ``round(x)`` is ``np.rint(x)``, Python's
+round half to even kept a float, where Numba's int gave ``-2**63`` for inf, nan and
+1e300.
 
 How a kernel gets them: :func:`with_vector_math` gives the kernel's function a copy of
 its globals (and closure) in which the ``math`` module and those functions (also when
@@ -28,6 +31,7 @@ import types as pytypes
 
 import numpy as np
 from numba import types
+from numba.core.errors import TypingError
 from numba.extending import overload
 
 from . import explog, missing, trig  # noqa: F401  (missing: overloads)
@@ -93,6 +97,40 @@ FLOAT_VALUED = {
                                           f"(``numpy.{fn.__name__}``).")
     for fn, np_fn in ((math.floor, np.floor), (math.ceil, np.ceil), (math.trunc, np.trunc))}
 
+#: (Python's round(x, 2.0) raises too; a kernel's arguments are all floats)
+ROUND_NDIGITS_ERROR = TypingError(
+    "round(x, ndigits) needs an integer ndigits, as Python's round does; a kernel's "
+    "arguments are floats: write round(x, int(n)), or a constant")
+
+
+def _round_stand_in(x, ndigits=None):
+    return round(x, ndigits)
+
+
+@overload(_round_stand_in, jit_options=_JIT_OPTIONS)
+def _float_valued_round(x, ndigits=None):
+    if not _is_number(x):
+        return None
+    if ndigits is None or isinstance(ndigits, (types.NoneType, types.Omitted)):
+        # Python's round(x) of a float: the integer nearest, half to even: NumPy's rint.
+        if isinstance(x, types.Float):
+            return lambda x, ndigits=None: np.rint(x)
+        return lambda x, ndigits=None: np.rint(np.float64(x))
+    if isinstance(ndigits, types.Integer):
+        # Numba's round(x, ndigits) of a float (a float already; an int's would be an int)
+        if isinstance(x, types.Float):
+            return lambda x, ndigits=None: round(x, ndigits)
+        return lambda x, ndigits=None: round(np.float64(x), ndigits)
+    raise ROUND_NDIGITS_ERROR
+
+
+#: The builtin ``round`` as kernels see it: a float, as ``floor`` (see the module
+#: docstring); ``round(x, ndigits)`` is Numba's.
+ROUND = _round_stand_in
+_named(ROUND, "round", "``round`` returning a float (``numpy.rint``) inside kernels.")
+#: builtin -> its stand-in, for a kernel naming the builtin (not a global of its module).
+_BUILTIN_SWAPS = {"round": ROUND}
+
 #: ``math`` function -> its vectorisable stand-in.
 STAND_INS = {fn: _unary_stand_in(fn, impl, fn, f"``math.{fn.__name__}``, vectorisable "
                                                f"inside kernels.")
@@ -120,15 +158,16 @@ VECTOR_MATH = _math_module("dualbcast.vmath.math", "math with vectorisable funct
 LIBM_MATH = _math_module("dualbcast.vmath.libm_math", "math with float-valued floor & co",
                          FLOAT_VALUED)
 
-_SWAPS = {id(math): VECTOR_MATH,
+_SWAPS = {id(math): VECTOR_MATH, id(round): ROUND,
           **{id(fn): stand_in for fn, stand_in in {**STAND_INS, **FLOAT_VALUED}.items()}}
-_LIBM_SWAPS = {id(math): LIBM_MATH, **{id(fn): stand_in for fn, stand_in in FLOAT_VALUED.items()}}
+_LIBM_SWAPS = {id(math): LIBM_MATH, id(round): ROUND,
+               **{id(fn): stand_in for fn, stand_in in FLOAT_VALUED.items()}}
 
 
 def with_vector_math(py_func, *, libm=False):
     """``py_func`` with its own copy of its globals and closure in which ``math`` and
     the vectorisable ``math`` functions are replaced (see the module docstring); with
-    ``libm=True`` only ``floor``, ``ceil`` and ``trunc`` (made float-valued).  Call
+    ``libm=True`` only ``floor``, ``ceil``, ``trunc`` and ``round`` (made float-valued).  Call
     :func:`refresh_globals` before compiling it again: globals the function's module
     defined later are copied then."""
     swaps = _LIBM_SWAPS if libm else _SWAPS
@@ -150,8 +189,13 @@ def with_vector_math(py_func, *, libm=False):
 def refresh_globals(rebound):
     """Copy the original globals of a :func:`with_vector_math` function again."""
     swaps = rebound.__math_swaps__
+    wrapped = rebound.__wrapped_globals__
     rebound.__globals__.update({name: swaps.get(id(value), value)
-                                for name, value in rebound.__wrapped_globals__.items()})
+                                for name, value in wrapped.items()})
+    # A builtin the kernel names is found after the globals: its stand-in is a global of
+    # the copy, unless the module defines that name (then the module's value is used).
+    rebound.__globals__.update({name: stand_in for name, stand_in in _BUILTIN_SWAPS.items()
+                                if name not in wrapped})
 
 
 def _swapped_cell(cell, swaps):
