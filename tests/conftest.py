@@ -25,6 +25,15 @@ def central_difference(f, args, i, h=1e-6):
     return (f(*hi) - f(*lo)) / (2 * h)
 
 
+@pytest.fixture(scope="module")
+def jax():
+    """JAX in float64 for the module that asks for it only (set globally, x64 would leak
+    into every module after it); the module's tests skip where JAX is not installed."""
+    jax = pytest.importorskip("jax")
+    with jax.enable_x64(True):
+        yield jax
+
+
 @pytest.fixture
 def fuse_at_once(monkeypatch):
     """db.jit records at the first call, generates at the first replay, fuses at the

@@ -15,15 +15,6 @@ import pytest
 import dualbcast as db
 
 
-@pytest.fixture(scope="module")
-def jax():
-    """JAX in float64 for this module only (set globally, x64 would leak into every
-    module after it)."""
-    jax = pytest.importorskip("jax")
-    with jax.enable_x64(True):
-        yield jax
-
-
 def _body(np_):
     def pair(r, a, b):
         return a * np_.exp(-b * r) - (r * a) ** 3

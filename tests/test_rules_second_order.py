@@ -17,15 +17,6 @@ from test_rules_more import AUTOGRAD_CASES, CENTRAL_CASES
 
 RNG = np.random.default_rng(152)
 
-@pytest.fixture(scope="module")
-def jax():
-    """JAX in float64 for this module only (set globally, x64 would leak into every
-    module after it)."""
-    jax = pytest.importorskip("jax")
-    with jax.enable_x64(True):
-        yield jax
-
-
 @pytest.fixture(autouse=True)
 def no_transposition(monkeypatch):
     """Forward mode must take the jvp each rule declares: transposing a rule's vjp

@@ -33,15 +33,6 @@ MODES = ("auto", "forward", "reverse")
 Pair = collections.namedtuple("Pair", "a b")
 
 
-@pytest.fixture(scope="module")
-def jax():
-    """JAX in float64 for this module only (set globally, x64 would leak into every
-    module after it)."""
-    jax = pytest.importorskip("jax")
-    with jax.enable_x64(True):
-        yield jax
-
-
 def close(got, want):
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
 
