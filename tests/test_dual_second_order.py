@@ -234,6 +234,39 @@ RULES = [
     Rule("math.log(x, 3.0)", lambda x: _exact(-1 / F(x) ** 2) / LN3, POSITIVE),
     Rule("math.log(3.0, x)", lambda x: _log_base_x_xx(3.0, x),
          Domain((_magnitudes(-100, 100).filter(lambda x: x != 1.0), [1e-100, 0.5, 1e100]))),
+    # Piecewise linear or constant rules, times x where that makes a second derivative
+    # that is not 0 (their derivatives are constant or piecewise constant, NaN-safe).
+    *[Rule(expression, second, ANYWHERE) for expression, second in [
+        ("abs(x) * x", lambda x: math.copysign(2.0, x)),
+        ("math.fabs(x) * x", lambda x: math.copysign(2.0, x)),
+        ("np.sign(x) * x * x", lambda x: math.copysign(2.0, x)),
+        ("math.copysign(x, -1.0) * x", lambda x: -math.copysign(2.0, x)),
+        ("math.fmod(x, 0.3) * x", lambda x: 2.0),
+        ("math.remainder(x, 0.3) * x", lambda x: 2.0),
+        ("(x % 0.3) * x", lambda x: 2.0),
+        ("math.fmod(2.5, x)", lambda x: 0.0),
+        ("math.remainder(2.5, x)", lambda x: 0.0),
+        ("2.5 % x", lambda x: 0.0),
+        ("(2.5 // x) * x", lambda x: 0.0),
+        ("math.floor(x) * x", lambda x: 0.0),
+        ("np.rint(x) * x", lambda x: 0.0),
+        ("round(x) * x", lambda x: 0.0),
+        ("round(x, 1) * x", lambda x: 0.0),
+        ("math.ldexp(x, 3) * x", lambda x: 16.0),
+        ("math.degrees(x) * x", lambda x: 2.0 * (180.0 / math.pi)),
+        ("math.radians(x) * x", lambda x: 2.0 * (math.pi / 180.0)),
+        ("np.square(x)", lambda x: 2.0),
+        ("np.negative(x) * x", lambda x: -2.0),
+        ("np.reciprocal(x)", _integer_power(-1)),
+        ("math.isnan(x) + x * x", lambda x: 2.0),
+    ]],
+    # max/min: a tie halves the derivative, and its tangent: 1 at x = 1
+    *[Rule(expression, second, Domain(SIGNED_TINY, SIGNED_HUGE, _between(-3, 3, 1.0)))
+      for expression, second in [
+          ("max(x, 1.0) * x", lambda x: 2.0 if x > 1 else 1.0 if x == 1 else 0.0),
+          ("min(x, 1.0) * x", lambda x: 2.0 if x < 1 else 1.0 if x == 1 else 0.0),
+          ("np.maximum(x, 1.0) * x", lambda x: 2.0 if x > 1 else 1.0 if x == 1 else 0.0),
+          ("np.minimum(x, 1.0) * x", lambda x: 2.0 if x < 1 else 1.0 if x == 1 else 0.0)]],
 ]
 
 
