@@ -285,6 +285,40 @@ def test_binary_kernel_modes_and_numpy_rule_agree(name):
     assert_agree(ddy, f"{name} d/dy")
 
 
+# Where a derivative formula changes form (to keep its digits, and its own derivative's:
+# tests/test_rules_second_order.py), on both sides of the switch and far out: the kernels'
+# table and the NumPy rules switch alike.
+SWITCHES = {
+    "tanh": [0.55, -0.55, 0.5499999999999999, 0.5500000000000002, 1.0, -5.0, 19.0, 20.0,
+             21.0, -300.0, 400.0],
+    "expm1": [-1.0, -5.0, -40.0, -700.0, -745.0, -1e-300],
+    "asin": [0.5, -0.5, 0.49999999999999994, 0.5000000000000001, 1.0 - 2.0 ** -27,
+             -1.0 + 2.0 ** -52],
+    "acos": [0.5, -0.49999999999999994, 1.0 - 2.0 ** -30],
+    "atanh": [0.5, -0.5, 0.49999999999999994, 1e-17, 1.0 - 2.0 ** -30],
+}
+HYPOT_SWITCHES = [(1.0, 1.0), (1.0, 1.0 - 2.0 ** -52), (1.0 - 2.0 ** -52, 1.0), (1e10, 2.0),
+                  (-2.0, 1e10), (1e300, -1e-300), (5e-324, 0.0), (INF, 1e308)]
+
+
+@pytest.mark.parametrize("name", list(SWITCHES))
+def test_unary_agree_where_the_formula_switches(name):
+    global where_at
+    points = SWITCHES[name]
+    where_at = lambda k: f"x={points[k]!r}"
+    values, derivatives = unary_all_ways(name, points)
+    assert_agree(derivatives, f"{name} derivative")
+
+
+def test_hypot_agrees_where_the_formula_switches():
+    global where_at
+    where_at = lambda k: f"(x, y)={HYPOT_SWITCHES[k]!r}"
+    xs, ys = zip(*HYPOT_SWITCHES)
+    _, ddx, ddy = binary_all_ways("hypot", xs, ys)
+    assert_agree(ddx, "hypot d/dx")
+    assert_agree(ddy, "hypot d/dy")
+
+
 @given(st.sampled_from(list(UNARY)), st.floats(allow_nan=True, allow_infinity=True))
 def test_unary_agree_anywhere(name, x):
     global where_at

@@ -3,7 +3,8 @@ for): against closed forms near 0, near the edges of each domain and at huge and
 arguments, in every kernel mode; at singular points against the NumPy rules' second
 order (design.md section 4 holds at second order too); regressions for ``x ** -n`` at 0
 and where ``x ** n`` underflows, ``asin``/``acos``/``atanh`` near 0, ``hypot`` far from
-the origin, and ``round()``.
+the origin, ``round()``, and ``tanh'`` and ``expm1'`` (which cancelled at first order
+already, in the kernels' table and the NumPy rules alike).
 
 Oracles: closed forms, exact where they are rational (``fractions.Fraction``, rounded
 once), else from Python's ``math``, NumPy and SciPy with the parts that would cancel
@@ -166,9 +167,9 @@ def _tiny_or_huge_to(exponent):
 
 RULES = [
     Rule("math.exp(x)", math.exp, Domain(SIGNED_TINY, _between(-700, 700, -700.0, 700.0))),
-    # (below -1 expm1's derivative y + 1 cancels, at first order already: see
-    # test_known_first_order_digit_loss)
-    Rule("math.expm1(x)", math.exp, Domain(SIGNED_TINY, _between(-1, 700, -1.0, 700.0))),
+    # (down to where exp underflows: expm1' is exp(x), not y + 1, which cancelled below -1)
+    Rule("math.expm1(x)", math.exp,
+         Domain(SIGNED_TINY, _between(-740, 700, -1.0, -40.0, -700.0, 700.0))),
     Rule("math.log(x)", lambda x: _exact(-1 / F(x) ** 2), POSITIVE),
     Rule("math.log1p(x)", lambda x: _exact(-1 / (1 + F(x)) ** 2),
          Domain(SIGNED_TINY, HUGE, (_magnitudes(-15, -0.5).map(lambda t: t - 1.0),
@@ -190,9 +191,9 @@ RULES = [
          _tiny_or_huge_to(75)),
     Rule("math.sinh(x)", math.sinh, Domain(SIGNED_TINY, _between(-700, 700, 700.0))),
     Rule("math.cosh(x)", math.cosh, Domain(SIGNED_TINY, _between(-700, 700, -700.0))),
-    # (past |x| = 0.55 tanh's derivative 1 - y^2 cancels, at first order already)
+    # (both sides of |x| = 0.55, where tanh' changes formula, out to where sech^2 underflows)
     Rule("math.tanh(x)", lambda x: -2.0 * math.tanh(x) / math.cosh(x) / math.cosh(x),
-         Domain(SIGNED_TINY, _between(-0.55, 0.55, 0.55))),
+         Domain(SIGNED_TINY, _between(-350, 350, 0.55, -0.5500001, 0.56, -5.0, 20.0, 300.0))),
     Rule("math.asinh(x)", lambda x: -(x / math.hypot(x, 1.0)) / math.hypot(x, 1.0)
          / math.hypot(x, 1.0),
          Domain(SIGNED_TINY, SIGNED_HUGE)),
@@ -476,12 +477,13 @@ SINGULAR = [
     ("math.log1p(x)", np.log1p, [-1.0]),
     ("math.cbrt(x)", np.cbrt, [0.0, -0.0]),
     ("math.exp(x)", np.exp, [math.inf, -math.inf, 800.0]),
-    ("math.asin(x)", np.arcsin, [1.0, -1.0, 0.0, -0.0, 1e-12, 1e-17, 1e-300]),
-    ("math.acos(x)", np.arccos, [1.0, -1.0, 0.0, 1e-12, -1e-17]),
-    ("math.atanh(x)", np.arctanh, [1.0, -1.0, 0.0, -0.0]),
+    ("math.asin(x)", np.arcsin, [1.0, -1.0, 0.0, -0.0, 1e-12, 1e-17, 1e-300, 1.0 - 2.0 ** -27]),
+    ("math.acos(x)", np.arccos, [1.0, -1.0, 0.0, 1e-12, -1e-17, -1.0 + 2.0 ** -30]),
+    ("math.atanh(x)", np.arctanh, [1.0, -1.0, 0.0, -0.0, 1e-17, -1e-12, 1.0 - 2.0 ** -30]),
     ("math.acosh(x)", np.arccosh, [1.0]),
     ("math.atan(x)", np.arctan, [0.0, math.inf]),
-    ("math.tanh(x)", np.tanh, [0.0, math.inf, -math.inf]),
+    ("math.tanh(x)", np.tanh, [0.0, math.inf, -math.inf, 0.55, -0.56, 5.0, -20.0, 300.0]),
+    ("math.expm1(x)", np.expm1, [0.0, -0.0, math.inf, -math.inf, -1.0, -40.0, -700.0]),
     ("abs(x)", np.abs, [0.0, -0.0]),
     ("x ** -1", lambda t: t ** -1, [0.0, -0.0, 1e-200, -1e-200, 1e-100]),
     ("x ** -2", lambda t: t ** -2, [0.0, -0.0, 1e-200, -1e-200]),
@@ -495,7 +497,7 @@ SINGULAR = [
     ("x ** 0.5", lambda t: t ** 0.5, [0.0]),
     ("x ** 1.5", lambda t: t ** 1.5, [0.0]),
     ("math.hypot(x, 0.0)", lambda t: np.hypot(t, 0.0), [0.0]),
-    ("math.hypot(x, 2.0)", lambda t: np.hypot(t, 2.0), [math.inf]),
+    ("math.hypot(x, 2.0)", lambda t: np.hypot(t, 2.0), [math.inf, -1e3, 1e10, 1e100]),
     ("x * math.sqrt(x)", lambda t: t * np.sqrt(t), [0.0]),
     ("math.sqrt(x * x)", lambda t: np.sqrt(t * t), [0.0]),
 ]
@@ -679,38 +681,21 @@ def test_round_with_a_float_ndigits_says_so():
     assert fixed.value_and_partials(1.26, 1, wrt=0) == (1.3 * 1.26, 1.3)
 
 
-# ----------------------------------------------------------------- known, not fixed here
+# ------------------------------------------------------------------ tanh' and expm1'
 
-@pytest.mark.xfail(strict=True, reason=(
-    "first-order digit loss shared by the kernels' table and the NumPy rules (and by JAX "
-    "and PyTorch): tanh' = 1 - y*y cancels past |x| ~ 1 (1e-8 of itself lost at 10, all "
-    "at 20), expm1' = y + 1 below x ~ -1 (0 at -40); fixing one side alone would make "
-    "the kernels and the NumPy rules disagree (tests/test_conventions.py)"))
-def test_known_first_order_digit_loss():
-    k = db.fast_broadcast(lambda x, w: math.tanh(x) if w == 0.0 else math.expm1(x))
-    _, d = k.value_and_partials(np.array([10.0, 20.0, -10.0, -40.0]),
-                                np.array([0.0, 0.0, 1.0, 1.0]), wrt=0)
-    sech2 = [1.0 / math.cosh(10.0) ** 2, 1.0 / math.cosh(20.0) ** 2]
-    np.testing.assert_allclose(d, sech2 + [math.exp(-10.0), math.exp(-40.0)], rtol=1e-14)
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "the NumPy rules (dualbcast/rules/elementwise.py) at second order, where the kernels' "
-    "rules are now exact: arctanh'' near 0 differentiates (1 - x)(1 + x), which cancels "
-    "(0 at 1e-17); arcsin'' near 1 is 1 - x*x, which loses what x*x rounded away; "
-    "hypot(x, c)'' far from the origin differentiates x / r, which cancels; "
-    "d2/dydx x ** y at y = 0 is the derivative of np.where's constant 0 (JAX: 1/x)"))
-@pytest.mark.parametrize("function, x, exact", [
-    (np.arctanh, 1e-17, 2e-17),
-    (np.arcsin, 1.0 - 2.0 ** -30, _asin2(1.0 - 2.0 ** -30)),
-    (lambda t: np.hypot(t, 2.0), 1e10, 4e-30),
-    (None, 2.0, 0.5),
-])
-def test_numpy_rules_second_derivative_known_defects(function, x, exact):
-    with np.errstate(all="ignore"):
-        if function is None:
-            got = db.hessian(lambda v: v[0] ** v[1])(np.array([x, 0.0]))[0, 1]
-        else:
-            got = db.jvp(db.grad(lambda t: np.sum(function(t))), (np.array([x]),),
-                         (np.ones(1),))[1][0]
-    assert got == pytest.approx(exact, rel=1e-14, abs=0)
+@pytest.mark.parametrize("libm", [False, True])
+def test_tanh_and_expm1_first_derivatives_do_not_cancel(libm):
+    # tanh' = 1 - y*y cancelled past |x| ~ 1 (~2000 ulps off at 5, 0 at 20 for 1.7e-17),
+    # expm1' = y + 1 below x ~ -1 (0 at -40 for 4.2e-18), in the kernels' table and the
+    # NumPy rules alike (tests/test_rules_second_order.py checks those).  Now 4e/(1 + e)^2
+    # with e = exp(-2|x|) past |x| = 0.55, and exp(x): with the vectorisable exp and libm's.
+    k = db.fast_broadcast(libm=libm)(lambda x, w: math.tanh(x) if w == 0.0 else math.expm1(x))
+    x = np.array([0.3, 0.56, 5.0, 20.0, -30.0, 300.0, -1.0, -10.0, -40.0, -700.0])
+    w = np.array([0.0] * 6 + [1.0] * 4)
+    _, d = k.value_and_partials(x, w, wrt=0)
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 40
+    exact = [float(mp.sech(v) ** 2) for v in x[:6]] + [float(mp.exp(v)) for v in x[6:]]
+    d_sum = [k.sum_and_partials(x[i:i + 1], w[i:i + 1], wrt=0)[1][0] for i in range(x.size)]
+    np.testing.assert_allclose(d, exact, rtol=1e-15, atol=0)
+    np.testing.assert_allclose(d_sum, exact, rtol=1e-15, atol=0)

@@ -530,3 +530,88 @@ def test_forward_mode_takes_each_rules_own_jvp(f, shape, monkeypatch):
 def test_forward_mode_does_not_transpose_operators(monkeypatch):
     x = np.arange(1.0, 4.0)
     assert transposition_count(monkeypatch, lambda x: np.sum(x * x / (x - 0.5) ** 2), x, x) == []
+
+
+# ------------------------------------------------------------------ formulas that cancelled
+
+def _mp_cases():
+    """(name, f, exact first and second derivative as mpmath functions, points)."""
+    mp = pytest.importorskip("mpmath")
+    unit = [1e-300, 1e-17, -1e-12, 1e-9, 0.3, 0.5, -0.7, 1.0 - 2.0 ** -27, 1.0 - 2.0 ** -30,
+            -(1.0 - 2.0 ** -52)]
+    return mp, [
+        ("arctanh", np.arctanh, lambda x: 1 / (1 - x * x), lambda x: 2 * x / (1 - x * x) ** 2,
+         unit),
+        ("arcsin", np.arcsin, lambda x: 1 / mp.sqrt(1 - x * x),
+         lambda x: x / (1 - x * x) ** mp.mpf(1.5), unit),
+        ("arccos", np.arccos, lambda x: -1 / mp.sqrt(1 - x * x),
+         lambda x: -x / (1 - x * x) ** mp.mpf(1.5), unit),
+        ("hypot(x, 2)", lambda x: np.hypot(x, 2.0), lambda x: x / mp.hypot(x, 2),
+         lambda x: 4 / mp.hypot(x, 2) ** 3, [1e-200, 0.5, 3.0, -1e3, 1e10, -1e100, 1e150]),
+        ("hypot(2, x)", lambda x: np.hypot(2.0, x), lambda x: x / mp.hypot(x, 2),
+         lambda x: 4 / mp.hypot(x, 2) ** 3, [1e-200, -3.0, 1e10, 1e100]),
+        ("tanh", np.tanh, lambda x: mp.sech(x) ** 2, lambda x: -2 * mp.tanh(x) * mp.sech(x) ** 2,
+         [1e-300, -1e-9, 0.3, 0.5499, 0.5501, -0.56, 1.0, -5.0, 20.0, -40.0, 300.0]),
+        ("expm1", np.expm1, mp.exp, mp.exp, [-700.0, -40.0, -5.0, -1.0, -1e-20, 0.5, 700.0]),
+    ]
+
+
+def _derivatives(f, x):
+    """First derivative, then the second three ways (forward over reverse, reverse over
+    reverse, on an array and on a float)."""
+    x = np.array(x)
+    ones = np.ones_like(x)
+    with np.errstate(all="ignore"):
+        first = db.grad(lambda t: np.sum(f(t)))(x)
+        seconds = {"jvp(grad)": hvp(lambda t: np.sum(f(t)), x, ones),
+                   "grad(grad)": hvp_reverse(lambda t: np.sum(f(t)), x, ones),
+                   "scalar grad(grad)": np.array([db.grad(db.grad(f))(float(t)) for t in x])}
+    return first, seconds
+
+
+@pytest.mark.parametrize("case", range(7), ids=lambda k: ["arctanh", "arcsin", "arccos",
+                                                          "hypot(x, 2)", "hypot(2, x)",
+                                                          "tanh", "expm1"][k])
+def test_first_and_second_derivatives_where_the_formulas_cancelled(case):
+    # The NumPy rules' derivative formulas, differentiated again, lost their digits (issue
+    # 27, the rules' side of item 5): arctanh'' near 0 ((1 - x)(1 + x) differentiated: 0 at
+    # 1e-17), arcsin'/arccos' near +-1 (1 - x*x: 5.6e-9 of itself at 1 - 2**-27, at both
+    # orders), hypot(x, c)'' far from the origin (x / r differentiated: 0 at 1e10); and at
+    # first order already tanh' = 1 - y^2 (0 at 20 for 1.7e-17) and expm1' = y + 1 (0 at
+    # -40 for 4.2e-18).  Against the closed forms in 50 digits.
+    mp, cases = _mp_cases()
+    name, f, d1, d2, points = cases[case]
+    mp.mp.dps = 50
+    first, seconds = _derivatives(f, points)
+    for k, x in enumerate(points):
+        X = mp.mpf(x)
+        for label, got, want in [("first", first[k], d1(X))] + [
+                (way, got[k], d2(X)) for way, got in seconds.items()]:
+            assert float(got) == pytest.approx(float(want), rel=2e-15, abs=0), (
+                f"{name} at {x!r}, {label}: {float(got)!r}, exact {float(want)!r}")
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("x", [2.0, -3.0, 0.5, 1e-300, 0.0, -0.0, np.inf, np.nan])
+def test_power_hessian_at_exponent_zero_is_symmetric(x, jax):
+    # d/dx x ** y at y = 0 was np.where's constant 0, its derivative in y lost: the
+    # Hessian was [[0, 0], [1/x, log(x)^2]].  Now y / x there (0 where x is 0 or nan, as
+    # the kernels' table): 1/x on both sides, as JAX; the kernels' nested duals agree.
+    v = np.array([x, 0.0])
+    f = lambda v: v[0] ** v[1]                                  # noqa: E731
+    hessian = db.hessian(f)(v)
+    reverse = np.array([db.grad(lambda w: db.grad(f)(w)[k])(v) for k in range(2)])
+    kernel = db.fast_broadcast(lambda a, b: a ** b)
+    columns = [kernel.value_and_partials(np.array([x]), np.array([0.0]), wrt=(0, 1),
+                                         tangents={k: np.ones(1)})[3] for k in range(2)]
+    from_kernel = np.array([[c[0][0], c[1][0]] for c in columns]).T
+    np.testing.assert_array_equal(hessian, reverse)
+    np.testing.assert_array_equal(hessian, from_kernel)
+    if x != 0 and not np.isnan(x):
+        assert hessian[0, 1] == hessian[1, 0] == 1.0 / x
+    elif x == 0:
+        assert hessian[0, 1] == hessian[1, 0] == 0.0
+    if 1e-100 < x < np.inf:
+        # (JAX: nan for x < 0 and where x ** (y - 2) overflows, times y (y - 1) = 0)
+        want = np.asarray(jax.hessian(lambda w: w[0] ** w[1])(jax.numpy.array(v)))
+        np.testing.assert_allclose(hessian, want, rtol=1e-15, atol=0)

@@ -43,13 +43,53 @@ def _half_at_ties(wins, ties):
     return wins + 0.5 * ties
 
 
+# The local derivatives below are differentiated again at second order (``x`` and ``ans``
+# traced): each is written so that its own derivative does not cancel either, as the
+# kernels' table (dualbcast/dual/table.py) writes it.  One value (a scalar, or a traced
+# one: comparisons give plain bools) takes a Python branch; an array np.where.
+
+def _one_minus_square(x):
+    # 1 - x^2: (1 - x)(1 + x) near +-1, where 1 - x*x loses what x*x rounded away
+    # (arcsin' off by 5.6e-9 of itself at 1 - 2**-27); 1 - x*x for |x| < 0.5, where the
+    # derivative of (1 - x)(1 + x), (1 - x) - (1 + x), cancels (arctanh'' was 0 at 1e-17).
+    if shape_of(x) == ():
+        return 1.0 - x * x if -0.5 < x < 0.5 else (1.0 - x) * (1.0 + x)
+    return np.where((-0.5 < x) & (x < 0.5), 1.0 - x * x, (1.0 - x) * (1.0 + x))
+
+
+def _sech_squared(x):
+    # 4e / (1 + e)^2, e = exp(-2|x|): a product, and so is its derivative (no cancellation)
+    e = np.exp(-2.0 * np.abs(x))
+    return 4.0 * e / ((1.0 + e) * (1.0 + e))
+
+
+def _tanh_d(x, ans):
+    # 1 - tanh(x)^2.  1 - ans*ans cancels as ans -> 1 (tanh'(20) was 0 for 1.7e-17): past
+    # |x| = 0.55 sech^2 as a product.  Near 0 the derivative of that product cancels, the
+    # one of 1 - ans*ans, -2 ans ans', does not.
+    if shape_of(x) == ():
+        return 1.0 - ans * ans if -0.55 < x < 0.55 else _sech_squared(x)
+    return np.where((-0.55 < x) & (x < 0.55), 1.0 - ans * ans, _sech_squared(x))
+
+
+def _hypot_d(x, y, ans):
+    # d hypot(x, y) / dx = x / r, 0 at the origin.  Where |y| < |x| < inf as
+    # sign(x) / sqrt(1 + (y/x)^2): the derivative of x / r, 1/r - x^2/r^3, cancels as
+    # y/x -> 0 (hypot(x, 2)'' was 0 at 1e10), this one's, a product, does not.  x = +-inf
+    # keeps x / r: nan, as JAX and PyTorch give.
+    far = (np.abs(y) < np.abs(x)) & (np.abs(x) < np.inf)
+    t = np.where(far, y, 0.0) / np.where(far, x, 1.0)
+    near = np.where(ans == 0, 0.0, x / np.where(ans == 0, 1.0, ans))
+    return np.where(far, np.sign(x) / np.sqrt(1.0 + t * t), near)
+
+
 elementwise(np.negative, lambda g, ans, x: -g,
             form=ScalarForm("-{x}", cotangents=("-{g}",)))
 elementwise(np.positive, lambda g, ans, x: g)
 elementwise(np.conjugate, lambda g, ans, x: g)       # real inputs only (complex: no rules)
 elementwise(np.exp, lambda g, ans, x: nan_safe(g, ans))
 elementwise(np.exp2, lambda g, ans, x: nan_safe(g, ans * LN2))
-elementwise(np.expm1, lambda g, ans, x: nan_safe(g, ans + 1.0))
+elementwise(np.expm1, lambda g, ans, x: nan_safe(g, np.exp(x)))    # (ans + 1 cancels below -1)
 elementwise(np.log, lambda g, ans, x: nan_safe(g, np.divide(1.0, x)))
 elementwise(np.log2, lambda g, ans, x: nan_safe(g, np.divide(1.0, x * LN2)))
 elementwise(np.log10, lambda g, ans, x: nan_safe(g, np.divide(1.0, x * LN10)))
@@ -61,18 +101,20 @@ elementwise(np.reciprocal, lambda g, ans, x: nan_safe(-g, ans * ans))
 elementwise(np.sin, lambda g, ans, x: nan_safe(g, np.cos(x)))
 elementwise(np.cos, lambda g, ans, x: nan_safe(g, -np.sin(x)))
 elementwise(np.tan, lambda g, ans, x: nan_safe(g, 1.0 + ans * ans))
-elementwise(np.arcsin, lambda g, ans, x: nan_safe(g, np.divide(1.0, np.sqrt(1.0 - x * x))))
-elementwise(np.arccos, lambda g, ans, x: nan_safe(g, -np.divide(1.0, np.sqrt(1.0 - x * x))))
+elementwise(np.arcsin,
+            lambda g, ans, x: nan_safe(g, np.divide(1.0, np.sqrt(_one_minus_square(x)))))
+elementwise(np.arccos,
+            lambda g, ans, x: nan_safe(g, -np.divide(1.0, np.sqrt(_one_minus_square(x)))))
 elementwise(np.arctan, lambda g, ans, x: nan_safe(g, 1.0 / (1.0 + x * x)))
 elementwise(np.sinh, lambda g, ans, x: nan_safe(g, np.cosh(x)))
 elementwise(np.cosh, lambda g, ans, x: nan_safe(g, np.sinh(x)))
-elementwise(np.tanh, lambda g, ans, x: nan_safe(g, 1.0 - ans * ans))
+elementwise(np.tanh, lambda g, ans, x: nan_safe(g, _tanh_d(x, ans)))
 elementwise(np.arcsinh, lambda g, ans, x: nan_safe(g, 1.0 / np.hypot(x, 1.0)))
 # (two square roots, as the kernels' table: no overflow of x * x, and nan below -1
 # where the value is nan, not 1 / sqrt(-0.0) = -inf at -1)
 elementwise(np.arccosh,
             lambda g, ans, x: nan_safe(g, np.divide(1.0, np.sqrt(x - 1.0) * np.sqrt(x + 1.0))))
-elementwise(np.arctanh, lambda g, ans, x: nan_safe(g, np.divide(1.0, (1.0 - x) * (1.0 + x))))
+elementwise(np.arctanh, lambda g, ans, x: nan_safe(g, np.divide(1.0, _one_minus_square(x))))
 elementwise(np.absolute, lambda g, ans, x: nan_safe(g, np.sign(x)))    # 0 at 0, as PyTorch
 elementwise(np.fabs, lambda g, ans, x: nan_safe(g, np.sign(x)))
 elementwise(np.deg2rad, lambda g, ans, x: g * (np.pi / 180.0))
@@ -104,7 +146,12 @@ def _power_dx(g, ans, x, y):
         # vectorised pow may round differently)
         local = y * x ** (y - 1.0) if y != 0 else np.zeros_like(np.multiply(x, 0.0))
         return nan_safe(g, local)
-    return nan_safe(g, np.where(y == 0, 0.0, y * np.power(x, y - 1.0)))
+    # At y == 0 the 0 is y / x where x is nonzero and not nan (the kernels' table): its
+    # derivative in y, the mixed second derivative 1/x, is kept (a constant 0 made the
+    # Hessian of x ** y at y = 0 asymmetric; JAX gives 1/x on both sides).
+    usable = (x != 0) & (x == x)
+    at_zero = np.where(usable, y / np.where(usable, x, 1.0), 0.0)
+    return nan_safe(g, np.where(y == 0, at_zero, y * np.power(x, y - 1.0)))
 
 
 def _power_partials(x, y):
@@ -142,10 +189,8 @@ elementwise(np.arctan2,
             lambda g, ans, y, x: nan_safe(g, (x / np.hypot(x, y)) / np.hypot(x, y)),
             lambda g, ans, y, x: nan_safe(g, -(y / np.hypot(x, y)) / np.hypot(x, y)))
 elementwise(np.hypot,
-            lambda g, ans, x, y: nan_safe(g, np.where(ans == 0, 0.0,
-                                                      x / np.where(ans == 0, 1.0, ans))),
-            lambda g, ans, x, y: nan_safe(g, np.where(ans == 0, 0.0,
-                                                      y / np.where(ans == 0, 1.0, ans))))
+            lambda g, ans, x, y: nan_safe(g, _hypot_d(x, y, ans)),
+            lambda g, ans, x, y: nan_safe(g, _hypot_d(y, x, ans)))
 elementwise(np.maximum,
             lambda g, ans, x, y: nan_safe(g, _half_at_ties(x > y, x == y)),
             lambda g, ans, x, y: nan_safe(g, _half_at_ties(y > x, x == y)))
