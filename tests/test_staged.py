@@ -130,6 +130,25 @@ def test_a_replay_is_the_trace_of_its_arguments_bit_for_bit():
     assert staged_counts(replayed) == (1, 1) and staged_counts(traced) == (1, 0)
 
 
+@pytest.mark.parametrize("body", [
+    lambda y: np.sum(np.tanh(y)),                       # switches at |x| = 0.55
+    lambda y: np.sum(np.arcsin(0.9 * np.sin(y))),       # at |x| = 0.5
+    lambda y: np.sum(np.hypot(y, 0.5)),                 # at |x| = |y|
+], ids=["tanh", "arcsin", "hypot"])
+def test_a_rule_s_switch_between_formulas_is_replayed_not_guarded(body):
+    # The rules choose a formula by the values (tanh' as 1 - tanh^2 near 0): a replay
+    # computes the choice again; a guard would trace again whenever the values cross.
+    def step(x):
+        return db.grad(body)(x)
+
+    small, large = np.linspace(-0.3, 0.3, 5), np.linspace(-3.0, 3.0, 5)
+    jitted = db.jit(step)
+    jitted(small)
+    for x in (large, small, large):
+        assert _bits(jitted(x)) == _bits(step(x))
+    assert staged_counts(jitted) == (1, 3)
+
+
 # ------------------------------------------------------------------ random programs
 
 def _same_outcomes(eager, jitted, calls):

@@ -154,6 +154,32 @@ defrule(nan_safe_product, vjps=_NAN_SAFE_VJPS, scalar_vjps=_NAN_SAFE_SCALAR_VJPS
 defjvp(nan_safe_product, _nan_safe_product_jvp)
 
 
+def where_value(mask_of, a, b, x, y=0.0):
+    """``np.where(mask_of(x, y), a, b)``: which of two formulas of a rule applies where
+    (``tanh'`` as ``1 - tanh(x)**2`` near 0, as a product past 0.55), the mask a
+    piecewise-constant function of the values ``x`` and ``y``.  Recorded as one
+    operation when traced, differentiable in ``a`` and ``b`` and constant in ``x`` and
+    ``y``, so that a replay computes the mask again from its own values: the comparison
+    made on traced values instead would be a guard of ``dualbcast.jit``, and a replay
+    whose values fall on other sides of the switch would trace the program again.
+    (``a`` or ``b`` traced: with both constant there would be nothing to record.)"""
+    if type(a) is Box or type(b) is Box or type(x) is Box or type(y) is Box:
+        return apply(where_value, _WHERE_VALUE_VJPS, (mask_of, a, b, x, y))
+    return np.where(mask_of(x, y), a, b)[()]
+
+
+# (the cotangent of a formula: the cotangent where it was chosen, 0 elsewhere)
+_WHERE_VALUE_VJPS = (
+    None,
+    lambda g, ans, mask_of, a, b, x, y: unbroadcast(where_value(mask_of, g, 0.0, x, y),
+                                                    shape_of(a)),
+    lambda g, ans, mask_of, a, b, x, y: unbroadcast(where_value(mask_of, 0.0, g, x, y),
+                                                    shape_of(b)),
+    None, None)
+defrule(where_value, vjps=_WHERE_VALUE_VJPS)
+deflinear(where_value)
+
+
 def dense_cotangent(sparse, primal):
     """A :class:`SparseCotangent` of ``primal`` as a dense array of its shape and dtype
     (recorded when its values are traced: a backward pass being differentiated)."""

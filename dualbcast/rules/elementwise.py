@@ -16,7 +16,7 @@ import numpy as np
 from ..core.box import SCALARS
 from ..core.registry import ScalarForm, defrule
 from ..core.tape import ignore_float_errors, restore_float_errors
-from .common import nan_safe, shape_of, unbroadcast
+from .common import nan_safe, shape_of, unbroadcast, where_value
 
 LN2, LN10 = np.log(2.0), np.log(10.0)
 
@@ -45,16 +45,23 @@ def _half_at_ties(wins, ties):
 
 # The local derivatives below are differentiated again at second order (``x`` and ``ans``
 # traced): each is written so that its own derivative does not cancel either, as the
-# kernels' table (dualbcast/dual/table.py) writes it.  One value (a scalar, or a traced
-# one: comparisons give plain bools) takes a Python branch; an array np.where.
+# kernels' table (dualbcast/dual/table.py) writes it.  Where the formula switches is
+# chosen by :func:`.common.where_value`, not by a comparison of traced values (which
+# dualbcast.jit would have to guard: a replay on values across the switch would trace
+# again).
+
+def _near_zero(bound):
+    return lambda x, _: (-bound < x) & (x < bound)
+
+
+_HALF, _TANH_SWITCH = _near_zero(0.5), _near_zero(0.55)
+
 
 def _one_minus_square(x):
     # 1 - x^2: (1 - x)(1 + x) near +-1, where 1 - x*x loses what x*x rounded away
     # (arcsin' off by 5.6e-9 of itself at 1 - 2**-27); 1 - x*x for |x| < 0.5, where the
     # derivative of (1 - x)(1 + x), (1 - x) - (1 + x), cancels (arctanh'' was 0 at 1e-17).
-    if shape_of(x) == ():
-        return 1.0 - x * x if -0.5 < x < 0.5 else (1.0 - x) * (1.0 + x)
-    return np.where((-0.5 < x) & (x < 0.5), 1.0 - x * x, (1.0 - x) * (1.0 + x))
+    return where_value(_HALF, 1.0 - x * x, (1.0 - x) * (1.0 + x), x)
 
 
 def _sech_squared(x):
@@ -67,20 +74,24 @@ def _tanh_d(x, ans):
     # 1 - tanh(x)^2.  1 - ans*ans cancels as ans -> 1 (tanh'(20) was 0 for 1.7e-17): past
     # |x| = 0.55 sech^2 as a product.  Near 0 the derivative of that product cancels, the
     # one of 1 - ans*ans, -2 ans ans', does not.
-    if shape_of(x) == ():
-        return 1.0 - ans * ans if -0.55 < x < 0.55 else _sech_squared(x)
-    return np.where((-0.55 < x) & (x < 0.55), 1.0 - ans * ans, _sech_squared(x))
+    return where_value(_TANH_SWITCH, 1.0 - ans * ans, _sech_squared(x), x)
+
+
+def _far_from_the_origin(x, y):
+    return (np.abs(y) < np.abs(x)) & (np.abs(x) < np.inf)
 
 
 def _hypot_d(x, y, ans):
     # d hypot(x, y) / dx = x / r, 0 at the origin.  Where |y| < |x| < inf as
     # sign(x) / sqrt(1 + (y/x)^2): the derivative of x / r, 1/r - x^2/r^3, cancels as
     # y/x -> 0 (hypot(x, 2)'' was 0 at 1e10), this one's, a product, does not.  x = +-inf
-    # keeps x / r: nan, as JAX and PyTorch give.
-    far = (np.abs(y) < np.abs(x)) & (np.abs(x) < np.inf)
-    t = np.where(far, y, 0.0) / np.where(far, x, 1.0)
+    # keeps x / r: nan, as JAX and PyTorch give.  (Elsewhere the far formula runs on
+    # x = 1, so that it computes no 0/0 that its derivatives would meet.)
+    far_x = where_value(_far_from_the_origin, x, 1.0, x, y)
+    t = y / far_x
+    far = far_x / np.abs(far_x) / np.sqrt(1.0 + t * t)
     near = np.where(ans == 0, 0.0, x / np.where(ans == 0, 1.0, ans))
-    return np.where(far, np.sign(x) / np.sqrt(1.0 + t * t), near)
+    return where_value(_far_from_the_origin, far, near, x, y)
 
 
 elementwise(np.negative, lambda g, ans, x: -g,
