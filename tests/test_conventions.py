@@ -26,6 +26,7 @@ import pytest
 from hypothesis import assume, given, strategies as st
 
 import dualbcast as db
+from ulp import agree
 
 INF, NAN = math.inf, math.nan
 # Singular points of the functions below (0, +-1), infinities, nan, huge and tiny values.
@@ -160,16 +161,6 @@ def binary(x, y, i):
     if i == 15:
         return x / y
     return x % y
-
-
-def agree(a, b, ulps=4):
-    """Both nan, the same infinity, both zero, or finite within ``ulps`` ulps."""
-    a, b = float(a), float(b)
-    if math.isnan(a) or math.isnan(b):
-        return math.isnan(a) and math.isnan(b)
-    if math.isinf(a) or math.isinf(b) or a == 0 or b == 0:
-        return a == b
-    return abs(a - b) <= ulps * np.spacing(max(abs(a), abs(b)))
 
 
 def assert_agree(results, where):

@@ -28,6 +28,8 @@ from hypothesis import strategies as st
 
 import dualbcast as db
 from profiles import examples
+from selector_kernels import selector
+from ulp import agree
 
 F = Fraction
 LN2, LN3, LN10 = math.log(2.0), math.log(3.0), math.log(10.0)
@@ -271,24 +273,12 @@ RULES = [
 ]
 
 
-def _selector(name, expressions):
-    """One kernel ``name(x, w)``: the expression number ``w`` of ``x``."""
-    lines = [f"def {name}(x, w):"]
-    for k, expression in enumerate(expressions):
-        lines.append(f"    {'if' if k == 0 else 'elif'} w == {k}.0:")
-        lines.append(f"        return {expression}")
-    lines.append("    return 0.0")
-    namespace = {"math": math, "np": np}
-    exec("\n".join(lines), namespace)
-    return namespace[name]
-
-
-every_rule = db.fast_broadcast(_selector("every_rule", [r.expression for r in RULES]))
+every_rule = db.fast_broadcast(selector("every_rule", [r.expression for r in RULES]))
 # libm=True: exp & co from the C library, and their own rules (not the stand-ins')
 LIBM_RULES = [r for r in RULES if r.expression.split("(")[0] in (
     "math.exp", "math.expm1", "math.log", "math.log1p", "math.tanh", "math.sin", "math.cos",
     "math.pow")]
-libm_rules = db.fast_broadcast(libm=True)(_selector("libm_rules",
+libm_rules = db.fast_broadcast(libm=True)(selector("libm_rules",
                                                     [r.expression for r in LIBM_RULES]))
 
 
@@ -424,18 +414,7 @@ BINARY = [
 ]
 
 
-def _binary_selector():
-    lines = ["def binary(x, y, w):"]
-    for k, (expression, _, _) in enumerate(BINARY):
-        lines.append(f"    {'if' if k == 0 else 'elif'} w == {k}.0:")
-        lines.append(f"        return {expression}")
-    lines.append("    return 0.0")
-    namespace = {"math": math, "np": np}
-    exec("\n".join(lines), namespace)
-    return namespace["binary"]
-
-
-binary = db.fast_broadcast(_binary_selector())
+binary = db.fast_broadcast(selector("binary", [e for e, _, _ in BINARY], ("x", "y")))
 
 
 @settings(max_examples=examples(30), deadline=None)
@@ -501,20 +480,9 @@ SINGULAR = [
     ("x * math.sqrt(x)", lambda t: t * np.sqrt(t), [0.0]),
     ("math.sqrt(x * x)", lambda t: np.sqrt(t * t), [0.0]),
 ]
-singular = db.fast_broadcast(_selector("singular", [e for e, _, _ in SINGULAR]))
+singular = db.fast_broadcast(selector("singular", [e for e, _, _ in SINGULAR]))
 SINGULAR_X = np.array([x for _, _, points in SINGULAR for x in points])
 SINGULAR_W = np.array([float(k) for k, (_, _, points) in enumerate(SINGULAR) for _ in points])
-
-
-def agree(a, b, ulps=4):
-    """Both nan, the same infinity, both zero, or finite within ``ulps`` ulps (as
-    tests/test_conventions.py)."""
-    a, b = float(a), float(b)
-    if math.isnan(a) or math.isnan(b):
-        return math.isnan(a) and math.isnan(b)
-    if math.isinf(a) or math.isinf(b) or a == 0 or b == 0:
-        return a == b
-    return abs(a - b) <= ulps * np.spacing(max(abs(a), abs(b)))
 
 
 def _numpy_rule_second_derivatives(x):

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import dualbcast as db
 from profiles import examples
+from selector_kernels import selector
 
 # --------------------------------------------------------------------------- every function
 
@@ -67,25 +68,14 @@ X = np.array([0.35, 0.7, 1.3, 2.2])
 Y = np.array([0.6, 1.1, 0.45, 1.7])
 
 
-def _selector(name, expressions, params):
-    lines = [f"def {name}({', '.join(params)}, w):"]
-    for k, expression in enumerate(expressions):
-        lines.append(f"    {'if' if k == 0 else 'elif'} w == {k}.0:")
-        lines.append(f"        return {expression}")
-    lines.append("    return 0.0")
-    namespace = {"math": math, "np": np}
-    exec("\n".join(lines), namespace)
-    return namespace[name]
-
-
-UNARY_PY = _selector("unary", UNARY, ["x"])
-BINARY_PY = _selector("binary", BINARY, ["x", "y"])
+UNARY_PY = selector("unary", UNARY, ["x"])
+BINARY_PY = selector("binary", BINARY, ["x", "y"])
 unary = db.fast_broadcast(UNARY_PY)
 binary = db.fast_broadcast(BINARY_PY)
 # libm=True: math.exp & co from the C library, and their own rules (not the stand-ins')
 LIBM = [e for e in UNARY if e.startswith("math.") and e.split("(")[0][5:] in
         ("exp", "expm1", "log", "log1p", "tanh", "pow", "sin", "cos")]
-unary_libm = db.fast_broadcast(libm=True)(_selector("unary_libm", LIBM, ["x"]))
+unary_libm = db.fast_broadcast(libm=True)(selector("unary_libm", LIBM, ["x"]))
 
 
 def _grid(expressions, *points):
@@ -184,7 +174,7 @@ CONVENTIONS = [
     ("math.log(x) + y * y", 0.0, 3.0, (math.inf, 6.0), -math.inf, 0.0),
     ("math.sqrt(y) * x * x", 0.0, 0.0, (0.0, 0.0), 0.0, 0.0),
 ]
-conventions = db.fast_broadcast(_selector("conventions", [c[0] for c in CONVENTIONS],
+conventions = db.fast_broadcast(selector("conventions", [c[0] for c in CONVENTIONS],
                                           ["x", "y"]))
 
 

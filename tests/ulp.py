@@ -3,6 +3,8 @@
 The reference is computed in x87 extended precision (``np.longdouble``: 64-bit
 mantissa, 11 bits more than float64), so its own error is ~1/2000 ulp of a float64.
 """
+import math
+
 import numpy as np
 
 
@@ -44,3 +46,13 @@ def random_bits(rng, n, dtype=np.float64):
     itype = np.int64 if dtype == np.float64 else np.int32
     info = np.iinfo(itype)
     return rng.integers(info.min, info.max, n, dtype=itype).view(dtype)
+
+
+def agree(a, b, ulps=4):
+    """Both nan, the same infinity, both zero, or finite within ``ulps`` ulps."""
+    a, b = float(a), float(b)
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b) or a == 0 or b == 0:
+        return a == b
+    return abs(a - b) <= ulps * np.spacing(max(abs(a), abs(b)))
