@@ -135,16 +135,19 @@ def test_a_replay_is_the_trace_of_its_arguments_bit_for_bit():
     lambda y: np.sum(np.arcsin(0.9 * np.sin(y))),       # at |x| = 0.5
     lambda y: np.sum(np.hypot(y, 0.5)),                 # at |x| = |y|
 ], ids=["tanh", "arcsin", "hypot"])
-def test_a_rule_s_switch_between_formulas_is_replayed_not_guarded(body):
+@pytest.mark.parametrize("transform", [
+    lambda f: lambda x: db.grad(f)(x), db.hessian,
+    lambda f: lambda x: db.jvp(db.grad(f), (x,), (np.ones_like(x),))[1],
+], ids=["grad", "hessian", "hvp"])
+def test_a_rule_s_switch_between_formulas_is_replayed_not_guarded(body, transform):
     # The rules choose a formula by the values (tanh' as 1 - tanh^2 near 0): a replay
-    # computes the choice again; a guard would trace again whenever the values cross.
-    def step(x):
-        return db.grad(body)(x)
-
+    # computes the choice again, at every order; a guard would trace again whenever the
+    # values cross the switch (or change sign: np.abs's rule asks for np.sign).
+    step = transform(body)
     small, large = np.linspace(-0.3, 0.3, 5), np.linspace(-3.0, 3.0, 5)
     jitted = db.jit(step)
     jitted(small)
-    for x in (large, small, large):
+    for x in (large, small, -large[::-1] + 0.5):
         assert _bits(jitted(x)) == _bits(step(x))
     assert staged_counts(jitted) == (1, 3)
 

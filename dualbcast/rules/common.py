@@ -158,26 +158,55 @@ def where_value(mask_of, a, b, x, y=0.0):
     """``np.where(mask_of(x, y), a, b)``: which of two formulas of a rule applies where
     (``tanh'`` as ``1 - tanh(x)**2`` near 0, as a product past 0.55), the mask a
     piecewise-constant function of the values ``x`` and ``y``.  Recorded as one
-    operation when traced, differentiable in ``a`` and ``b`` and constant in ``x`` and
-    ``y``, so that a replay computes the mask again from its own values: the comparison
-    made on traced values instead would be a guard of ``dualbcast.jit``, and a replay
-    whose values fall on other sides of the switch would trace the program again.
-    (``a`` or ``b`` traced: with both constant there would be nothing to record.)"""
+    operation when any of them is traced: differentiable in ``a`` and ``b``, of
+    derivative 0 in ``x`` and ``y`` (which makes them parents of the record, so that it
+    is recorded even when ``a`` and ``b`` are constants), so that a replay computes the
+    mask again from its own values.  The comparison made on traced values instead
+    would be a guard of ``dualbcast.jit``: a replay whose values fall on other sides of
+    the switch would trace the program again."""
     if type(a) is Box or type(b) is Box or type(x) is Box or type(y) is Box:
         return apply(where_value, _WHERE_VALUE_VJPS, (mask_of, a, b, x, y))
     return np.where(mask_of(x, y), a, b)[()]
 
 
-# (the cotangent of a formula: the cotangent where it was chosen, 0 elsewhere)
+def _positive(x, _):
+    return x > 0
+
+
+def abs_value(x):
+    """``|x|`` by :func:`where_value`: its derivatives ask no sign of a traced ``x``
+    (``np.abs``'s rule computes ``np.sign(x)``, a guard of ``dualbcast.jit`` when ``x``
+    is traced), and at 0 it is -1, not ``np.abs``'s convention: for formulas that do
+    not use it there."""
+    return where_value(_positive, x, -x, x)
+
+
+def _zero_like(x):
+    return np.zeros(shape_of(x), x.dtype if type(x) is Box else np.result_type(x))[()]
+
+
+# (the cotangent of a formula: the cotangent where it was chosen, 0 elsewhere; of what
+# chose it, 0)
 _WHERE_VALUE_VJPS = (
     None,
     lambda g, ans, mask_of, a, b, x, y: unbroadcast(where_value(mask_of, g, 0.0, x, y),
                                                     shape_of(a)),
     lambda g, ans, mask_of, a, b, x, y: unbroadcast(where_value(mask_of, 0.0, g, x, y),
                                                     shape_of(b)),
-    None, None)
+    lambda g, ans, mask_of, a, b, x, y: _zero_like(x),
+    lambda g, ans, mask_of, a, b, x, y: _zero_like(y))
 defrule(where_value, vjps=_WHERE_VALUE_VJPS)
-deflinear(where_value)
+
+
+def _where_value_jvp(tangents, ans, mask_of, a, b, x, y):
+    _, t_a, t_b, _, _ = tangents
+    if t_a is None and t_b is None:
+        return None
+    return where_value(mask_of, 0.0 if t_a is None else t_a, 0.0 if t_b is None else t_b,
+                       x, y)
+
+
+defjvp(where_value, _where_value_jvp)
 
 
 def dense_cotangent(sparse, primal):

@@ -16,7 +16,7 @@ import numpy as np
 from ..core.box import SCALARS
 from ..core.registry import ScalarForm, defrule
 from ..core.tape import ignore_float_errors, restore_float_errors
-from .common import nan_safe, shape_of, unbroadcast, where_value
+from .common import abs_value, nan_safe, shape_of, unbroadcast, where_value
 
 LN2, LN10 = np.log(2.0), np.log(10.0)
 
@@ -66,7 +66,7 @@ def _one_minus_square(x):
 
 def _sech_squared(x):
     # 4e / (1 + e)^2, e = exp(-2|x|): a product, and so is its derivative (no cancellation)
-    e = np.exp(-2.0 * np.abs(x))
+    e = np.exp(-2.0 * abs_value(x))
     return 4.0 * e / ((1.0 + e) * (1.0 + e))
 
 
@@ -75,6 +75,10 @@ def _tanh_d(x, ans):
     # |x| = 0.55 sech^2 as a product.  Near 0 the derivative of that product cancels, the
     # one of 1 - ans*ans, -2 ans ans', does not.
     return where_value(_TANH_SWITCH, 1.0 - ans * ans, _sech_squared(x), x)
+
+
+def _positive(x, _):
+    return x > 0
 
 
 def _far_from_the_origin(x, y):
@@ -86,10 +90,12 @@ def _hypot_d(x, y, ans):
     # sign(x) / sqrt(1 + (y/x)^2): the derivative of x / r, 1/r - x^2/r^3, cancels as
     # y/x -> 0 (hypot(x, 2)'' was 0 at 1e10), this one's, a product, does not.  x = +-inf
     # keeps x / r: nan, as JAX and PyTorch give.  (Elsewhere the far formula runs on
-    # x = 1, so that it computes no 0/0 that its derivatives would meet.)
+    # x = 1, so that it computes no 0/0 that its derivatives would meet; the sign is
+    # chosen, not computed as x / |x|, whose derivative overflows at subnormal x.)
     far_x = where_value(_far_from_the_origin, x, 1.0, x, y)
     t = y / far_x
-    far = far_x / np.abs(far_x) / np.sqrt(1.0 + t * t)
+    magnitude = 1.0 / np.sqrt(1.0 + t * t)
+    far = where_value(_positive, magnitude, -magnitude, far_x)
     near = np.where(ans == 0, 0.0, x / np.where(ans == 0, 1.0, ans))
     return where_value(_far_from_the_origin, far, near, x, y)
 
