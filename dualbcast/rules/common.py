@@ -169,7 +169,8 @@ def where_value(mask_of, a, b, x, y=0.0):
     return np.where(mask_of(x, y), a, b)[()]
 
 
-def _positive(x, _):
+def positive(x, _):
+    """The mask ``x > 0`` (for :func:`where_value`)."""
     return x > 0
 
 
@@ -178,7 +179,7 @@ def abs_value(x):
     (``np.abs``'s rule computes ``np.sign(x)``, a guard of ``dualbcast.jit`` when ``x``
     is traced), and at 0 it is -1, not ``np.abs``'s convention: for formulas that do
     not use it there."""
-    return where_value(_positive, x, -x, x)
+    return where_value(positive, x, -x, x)
 
 
 def _zero_like(x):

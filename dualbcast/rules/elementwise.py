@@ -16,7 +16,7 @@ import numpy as np
 from ..core.box import SCALARS
 from ..core.registry import ScalarForm, defrule
 from ..core.tape import ignore_float_errors, restore_float_errors
-from .common import abs_value, nan_safe, shape_of, unbroadcast, where_value
+from .common import abs_value, nan_safe, positive, shape_of, unbroadcast, where_value
 
 LN2, LN10 = np.log(2.0), np.log(10.0)
 
@@ -77,10 +77,6 @@ def _tanh_d(x, ans):
     return where_value(_TANH_SWITCH, 1.0 - ans * ans, _sech_squared(x), x)
 
 
-def _positive(x, _):
-    return x > 0
-
-
 def _far_from_the_origin(x, y):
     return (np.abs(y) < np.abs(x)) & (np.abs(x) < np.inf)
 
@@ -95,7 +91,7 @@ def _hypot_d(x, y, ans):
     far_x = where_value(_far_from_the_origin, x, 1.0, x, y)
     t = y / far_x
     magnitude = 1.0 / np.sqrt(1.0 + t * t)
-    far = where_value(_positive, magnitude, -magnitude, far_x)
+    far = where_value(positive, magnitude, -magnitude, far_x)
     near = np.where(ans == 0, 0.0, x / np.where(ans == 0, 1.0, ans))
     return where_value(_far_from_the_origin, far, near, x, y)
 
