@@ -3,6 +3,10 @@
 ``config.threads``             parts a large kernel loop is split into, run on Numba's
                                threads (default: the CPUs this process may use;
                                ``DUALBCAST_THREADS``)
+``config.adaptive_threads``    True (default): each place a large loop may split times
+                               its calls on threads and on one thread and runs the way
+                               that has been faster lately (kernel/threads.py); False:
+                               every large loop splits (``DUALBCAST_ADAPTIVE_THREADS=0``)
 ``config.parallel_threshold``  loops over fewer elements run on one thread (starting a
                                parallel region costs ~10 µs: two threads win from about
                                16k elements of the EAM kernel here; asv_bench measures)
@@ -31,6 +35,11 @@ def _default_threads():
         return os.cpu_count() or 1
 
 
+def _default_adaptive_threads():
+    from_env = os.environ.get("DUALBCAST_ADAPTIVE_THREADS", "").strip().lower()
+    return from_env not in ("0", "false", "no", "off")
+
+
 def _default_cache_dir():
     from_env = os.environ.get("DUALBCAST_CACHE_DIR")
     if from_env:
@@ -49,6 +58,7 @@ def _default_compile_notice():
 class Config:
     def __init__(self):
         self.threads = _default_threads()
+        self.adaptive_threads = _default_adaptive_threads()
         self.parallel_threshold = 32_768
         self.cache_dir = _default_cache_dir()
         self.compile_notice = _default_compile_notice()
@@ -64,6 +74,10 @@ class Config:
                                       or not isinstance(value, (int, float)) or value < 0):
                 raise ValueError(f"dualbcast.config.compile_notice must be a number of "
                                  f"seconds >= 0 or None, not {value!r}")
+        elif name == "adaptive_threads":
+            if not isinstance(value, bool):
+                raise TypeError(f"dualbcast.config.adaptive_threads must be True or False, "
+                                f"not {value!r}")
         elif name in ("threads", "parallel_threshold"):
             minimum = 1 if name == "threads" else 0
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -74,7 +88,8 @@ class Config:
         object.__setattr__(self, name, value)
 
     def __repr__(self):
-        return (f"dualbcast.config(threads={self.threads}, parallel_threshold="
+        return (f"dualbcast.config(threads={self.threads}, adaptive_threads="
+                f"{self.adaptive_threads}, parallel_threshold="
                 f"{self.parallel_threshold}, cache_dir={self.cache_dir!r}, "
                 f"compile_notice={self.compile_notice!r})")
 

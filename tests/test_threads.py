@@ -25,10 +25,12 @@ def inverse_square(x):
 
 @pytest.fixture
 def threads():
-    """Run with the settings a test sets, then restore them."""
-    saved = (db.config.threads, db.config.parallel_threshold)
+    """Run with the settings a test sets, then restore them; every large loop split
+    (not as measured: test_thread_choice.py tests that)."""
+    saved = (db.config.threads, db.config.parallel_threshold, db.config.adaptive_threads)
+    db.config.adaptive_threads = False
     yield db.config
-    db.config.threads, db.config.parallel_threshold = saved
+    db.config.threads, db.config.parallel_threshold, db.config.adaptive_threads = saved
 
 
 def _all_modes(kernel, *args, wrt):

@@ -11,8 +11,8 @@
   empty and with a warm on-disk cache (import included), beside JAX's when installed;
 - ``Memory``: bytes allocated by ``value_and_grad`` of a sum-of-map over 10^7 elements,
   over the gradient's own size (tracemalloc), with and without ``out=``;
-- ``ThreadsUnderLoad``: the same with another process busy on one core;
-- ``Threads``: EAM at 10^6 on two threads over one, and the EAM kernel's
+- ``Threads``: EAM at 10^6 on two threads over one (idle machine; under load and
+  beside other libraries: bench_threads.py), and the EAM kernel's
   sum-and-gradient loop on two threads over one by size (where
   ``config.parallel_threshold`` belongs);
 - ``VectorMath``: ns per element of each vectorised function in a Numba loop, and the
@@ -24,7 +24,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import tracemalloc
 
 import numba
@@ -34,7 +33,7 @@ import dualbcast as db
 from dualbcast.jit.program import Program
 from dualbcast.vmath import explog, trig
 
-from .bench_kernels import best_in_turns, best_time
+from .bench_kernels import best_time
 from .gradients import (FOLD_TERMS, embed, fold_minus, fold_minus_passes, make_call,
                         warmed_up)
 from .workloads import rho
@@ -308,49 +307,6 @@ class Threads:
     track_two_threads_over_one_eam_1e6.unit = "ratio"
 
 
-class ThreadsUnderLoad:
-    """EAM at 10^6 on two threads over one, timed in turns, while another process keeps
-    one of the cores busy (a Python busy loop started here): threads take the loop's
-    chunks from a queue, so the one sharing a core with the busy process takes fewer
-    (with a static split, two threads took longer than one: 3.8 against 3.1 ms); JAX
-    beside when installed."""
-    timeout = 300
-
-    def setup(self):
-        self.call = make_call("eam_1e6", "dualbcast")
-        self.saved = db.config.threads, db.config.parallel_threshold
-        try:
-            self.jax = make_call("eam_1e6", "jax")
-        except NotImplementedError:
-            self.jax = None
-        self.busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        time.sleep(0.3)                 # (running before the timing starts)
-
-    def teardown(self):
-        self.busy.kill()
-        self.busy.wait()
-        db.config.threads, db.config.parallel_threshold = self.saved
-
-    def _threads(self, n):
-        def call():
-            db.config.threads = n
-            self.call()
-        return call
-
-    def track_two_threads_over_one_eam_1e6_one_core_busy(self):
-        two, one = best_in_turns(self._threads(2), self._threads(1))
-        return two / one
-
-    def track_two_threads_over_jax_eam_1e6_one_core_busy(self):
-        if self.jax is None:
-            raise NotImplementedError("JAX is not installed")
-        two, jax = best_in_turns(self._threads(2), self.jax)
-        return two / jax
-
-    track_two_threads_over_one_eam_1e6_one_core_busy.unit = "ratio"
-    track_two_threads_over_jax_eam_1e6_one_core_busy.unit = "dualbcast/JAX"
-
-
 class ThreadsBySize:
     """The kernel loop alone (rho.sum_and_partials into a buffer), split or not: the
     size from which splitting pays is where ``config.parallel_threshold`` belongs."""
@@ -361,15 +317,15 @@ class ThreadsBySize:
         x = np.random.default_rng(0).uniform(-0.5, 1.0, n)
         out = np.empty_like(x)
         self.call = lambda: rho.sum_and_partials(x, out=out)
-        self.saved = db.config.threads, db.config.parallel_threshold
-        db.config.parallel_threshold = 0
+        self.saved = db.config.threads, db.config.parallel_threshold, db.config.adaptive_threads
+        db.config.parallel_threshold, db.config.adaptive_threads = 0, False    # always split
         for threads in (1, 2):          # compile both the loop and its parallel driver
             db.config.threads = threads
             self.call()
             self.call()
 
     def teardown(self, n):
-        db.config.threads, db.config.parallel_threshold = self.saved
+        db.config.threads, db.config.parallel_threshold, db.config.adaptive_threads = self.saved
 
     def track_two_threads_over_one(self, n):
         db.config.threads = 1

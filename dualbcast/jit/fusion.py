@@ -46,6 +46,8 @@ value grew memory without bound).
 import ast
 import hashlib
 
+import time
+
 import numba
 import numpy as np
 
@@ -59,7 +61,8 @@ from ..kernel.cache import load_loop
 from ..safe_cache import guarded_njit
 from ..kernel.loops import REGISTER, STORE, lane_sum
 from ..kernel.products import nan_safe_product
-from ..kernel.threads import enter_parallel_region, leave_parallel_region, next_chunk
+from ..kernel.threads import (ThreadChoice, enter_parallel_region, launch_threads,
+                              leave_parallel_region, next_chunk)
 from ..rules.fast import SUM_COTANGENT_FORM, kernel_sum_loop
 from .fused_runtime import (_GRADIENT_SOURCE, _add_to, _libm_pow, _nan_safe, _where,
                             chunk_sum, exact_sum, numpy_sum)
@@ -609,6 +612,7 @@ class Fusion:
         # (every kernel's code named by its file or fingerprint: ``kernel_keys``, the
         # segments' kernels')
         self.helpers, self.threaded = helpers, threaded
+        self.choice = ThreadChoice()    # whether its threaded parts run on threads
         self.cacheable, self.kernel_keys = cacheable, kernel_keys
         self.function = None
         # the parameters (see _Writer.fusion), in order
@@ -649,6 +653,8 @@ class Fusion:
             functions, cache = module.__dict__, True
         # (a module loaded before, by a program of the same source, has them compiled)
         helpers = [(name, False) for name in ("_scaled", "_first_gradient", "_add_gradient")]
+        if any(parallel for _, parallel in self.helpers):
+            launch_threads()
         for name, parallel in helpers + self.helpers:
             helper = functions.get(name)
             if helper is not None and not isinstance(helper, numba.core.dispatcher.Dispatcher):
@@ -657,13 +663,17 @@ class Fusion:
         return guarded_njit(error_model="numpy", cache=cache)(functions["fused"])
 
     def __call__(self, values):
-        if self.threaded >= config.parallel_threshold and config.threads > 1 \
-                and enter_parallel_region():
-            try:
-                return self._run(values, config.threads)
-            finally:
+        if self.threaded < config.parallel_threshold or config.threads < 2:
+            return self._run(values, 1)
+        threaded = self.choice.threaded() and enter_parallel_region()
+        start = time.perf_counter()
+        try:
+            result = self._run(values, config.threads if threaded else 1)
+        finally:
+            if threaded:
                 leave_parallel_region()
-        return self._run(values, 1)
+        self.choice.record(threaded, time.perf_counter() - start)
+        return result
 
     def _run(self, values, workers):
         # (loops, not comprehensions: this is most of a small fused call's Python time)

@@ -56,7 +56,7 @@ from ..dual import DualType, make_dual, partials_of, value_of
 from .arguments import ARRAY, STRIDED
 from ..safe_cache import guarded_njit
 from .cache import load_loop
-from .threads import next_chunk
+from .threads import launch_threads, next_chunk
 
 MODES = ("map", "sum", "partials", "sum_partials", "tangent", "sum_tangent",
          "partials_tangent", "sum_partials_tangent")
@@ -317,6 +317,7 @@ def compile_loop(spec, scalar_kernel, jit_options, cache_key=None):
 
 
 def _compile_parallel(namespace, jit_options, cache):
+    launch_threads()
     namespace["_guarded"] = guarded_njit(**jit_options, nogil=True,
                                          cache=cache)(namespace["guarded_loop"])
     return guarded_njit(**jit_options, parallel=True, nogil=True,

@@ -4,6 +4,7 @@ call with that signature and reused by every later one.  What is left per call i
 making the operands, allocating the outputs and one call into the compiled loop."""
 import contextlib
 import math
+import time
 from typing import Any, Callable, NamedTuple
 
 import numba
@@ -14,7 +15,7 @@ from ..buffers import refuse_overlapping_out
 from ..compile_log import watching
 from ..config import config
 from .loops import ACCUMULATE, REGISTER, STORE, SUM_MODES
-from .threads import enter_parallel_region, leave_parallel_region
+from .threads import ThreadChoice, enter_parallel_region, leave_parallel_region
 
 CHUNK_ELEMENTS = 1 << 12     # elements per chunk of a loop (the unit threads share)
 
@@ -45,7 +46,7 @@ class SumLoop(NamedTuple):
 class PreparedCall:
     __slots__ = ("kernel", "mode", "loop", "dependencies", "plan", "single", "scalar_type", "size",
                  "rows", "nchunks", "chunk_size", "totals_width", "splittable", "gradients",
-                 "all_stored", "compiled", "sums", "threaded")
+                 "all_stored", "compiled", "sums", "threaded", "choice")
 
     def __init__(self, kernel, mode, loop, dependencies, plan, single, gradients, splittable):
         """``loop``: compiled with the kernel's ``dependencies`` as they are;
@@ -70,6 +71,7 @@ class PreparedCall:
                               for kind, _, dtype, _ in gradients)
         self.compiled = False   # the first run compiles (or loads) the loop: one thread
         self.threaded = False   # the first threaded run compiles (or loads) its driver
+        self.choice = None      # threads or one thread, measured (kernel/threads.py)
         self.sums = mode in SUM_MODES
 
     def sum_loop(self):
@@ -230,21 +232,34 @@ class PreparedCall:
         self.current()
         operands = self.plan.operands_for(args)
         sums = self.sums
-        workers = min(config.threads, self.nchunks) if self.compiled and self.splittable \
-            and self.size >= config.parallel_threshold else 1
+        workers, choice = 1, None
+        if self.compiled and self.splittable and self.size >= config.parallel_threshold:
+            workers = min(config.threads, self.nchunks)
+            if workers > 1:
+                choice = self.choice
+                if choice is None:
+                    choice = self.choice = ThreadChoice()
+                if not choice.threaded():
+                    workers = 1
         scratch = ()    # sums: (the rows each thread adds a chunk's values up in,)
         if sums:
             totals = np.empty((self.nchunks, self.totals_width))
             outputs += (totals,)
             scratch = (np.empty((workers, self.totals_width, self.chunk_size)),)
         try:
+            start = time.perf_counter()
             if workers > 1 and enter_parallel_region():
+                measured = self.threaded        # (not a call that compiles the driver)
                 self._run_parallel(workers, operands, outputs, scratch)
+                if measured:
+                    choice.record(True, time.perf_counter() - start)
             else:       # (also when another thread of ours is in a parallel region)
                 arguments = (self.plan.loop_shape, 0, self.nchunks, self.rows, *operands,
                              *outputs, *_first_rows(scratch))
                 if self.compiled:
                     self.loop(*arguments)
+                    if choice is not None:
+                        choice.record(False, time.perf_counter() - start)
                 else:       # (the first run compiles: reported, off the hot path)
                     with self._watching(self.loop, ""):
                         self.loop(*arguments)

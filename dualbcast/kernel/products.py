@@ -12,19 +12,19 @@ chain at 10^5 elements ran twice as long).
 
 Both take float64 arrays of one shape, C-contiguous, and return None for anything else
 (the caller's NumPy path handles it).  Above ``config.parallel_threshold`` elements
-they run on ``config.threads`` threads, which take chunks of ``CHUNK`` elements from a
-queue as they get free (kernel/threads.py); a sum is added up in chunks of a fixed size
-in a fixed order, so its bits never depend on the threads.
+they may run on ``config.threads`` threads (when that is measured faster), which take
+chunks of ``CHUNK`` elements from a queue as they get free (kernel/threads.py); a sum
+is added up in chunks of a fixed size in a fixed order, so its bits never depend on the
+threads.
 """
 import math
 
 import numba
 import numpy as np
 
-from ..config import config
 from ..safe_cache import guarded_njit
 from .loops import lane_sum
-from .threads import enter_parallel_region, leave_parallel_region, next_chunk
+from .threads import ChoicesBySize, next_chunk, split_if_it_pays
 
 CHUNK = 1 << 12         # elements per partial sum
 
@@ -42,17 +42,9 @@ def nan_safe_multiply(g, local, out=None):
     elif type(out) is not np.ndarray or out.shape != g.shape or out.dtype != _FLOAT64 \
             or not out.flags.c_contiguous or not out.flags.writeable:
         return None
-    flat_g, flat_local = _flat(g), _flat(local)
-    workers = _workers(g.size)
-    if workers > 1:
-        try:
-            _multiply_parallel(flat_g, flat_local, _flat(out), workers)
-        finally:
-            leave_parallel_region()
-    elif out is local:
-        _multiply_into(flat_g, flat_local)
-    else:
-        _multiply(flat_g, flat_local, _flat(out))
+    serial = _multiply_into_second if out is local else _multiply
+    split_if_it_pays(_MULTIPLY, g.size, CHUNK, _multiply_parallel, serial,
+                     _flat(g), _flat(local), _flat(out))
     return out
 
 
@@ -62,14 +54,7 @@ def nan_safe_dot(g, local):
     float64 arrays of one shape."""
     if not _flat_float64(g, local):
         return None
-    flat_g, flat_local = _flat(g), _flat(local)
-    workers = _workers(g.size)
-    if workers > 1:
-        try:
-            return _dot_parallel(flat_g, flat_local, workers)
-        finally:
-            leave_parallel_region()
-    return _dot(flat_g, flat_local)
+    return split_if_it_pays(_DOT, g.size, CHUNK, _dot_parallel, _dot, _flat(g), _flat(local))
 
 
 def scaled_sum(a, x, b, y):
@@ -82,15 +67,13 @@ def scaled_sum(a, x, b, y):
             or not (math.isfinite(a) and math.isfinite(b) and a != 0 and b != 0):
         return None
     out = np.empty(x.shape)
-    workers = _workers(x.size)
-    if workers > 1:
-        try:
-            _scaled_sum_parallel(float(a), _flat(x), float(b), _flat(y), _flat(out), workers)
-        finally:
-            leave_parallel_region()
-    else:
-        _scaled_sum(float(a), _flat(x), float(b), _flat(y), _flat(out))
+    split_if_it_pays(_SCALED_SUM, x.size, CHUNK, _scaled_sum_parallel, _scaled_sum,
+                     float(a), _flat(x), float(b), _flat(y), _flat(out))
     return out
+
+
+# Threads or one thread, per pass and size, as measured (kernel/threads.py).
+_MULTIPLY, _DOT, _SCALED_SUM = ChoicesBySize(), ChoicesBySize(), ChoicesBySize()
 
 
 _SCALARS = frozenset({float, np.float64})
@@ -104,15 +87,6 @@ def _flat_float64(g, local):
 
 def _flat(array):
     return array if array.ndim == 1 else array.reshape(-1)
-
-
-def _workers(size):
-    """Threads for a pass over ``size`` elements (1: this thread; more: the caller
-    entered the parallel region and must leave it)."""
-    workers = min(config.threads, -(-size // CHUNK))
-    if size < config.parallel_threshold or workers < 2 or not enter_parallel_region():
-        return 1
-    return workers
 
 
 # --- compiled passes (cached beside this file: compiled once per installation) ---------
@@ -133,6 +107,10 @@ def nan_safe_product(g, local):
 def _multiply(g, local, out):
     for i in range(g.size):
         out[i] = nan_safe_product(g[i], local[i])
+
+
+def _multiply_into_second(g, local, out):
+    _multiply_into(g, local)
 
 
 @guarded_njit(error_model="numpy", cache=True, nogil=True)

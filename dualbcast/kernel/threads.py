@@ -1,8 +1,33 @@
-"""When a large loop may run on Numba's threads, and the backward pass's scaling.
+"""When a large loop runs on Numba's threads: measured, per loop, while it runs.
 
 A loop call is split across threads by a ``parallel=True`` driver (see loops.py):
 Numba's threading layer starts a region in a few µs, where handing work to Python
-threads took 50-100 µs here.  Two limits of the layers are kept out of the user's way:
+threads took 50-100 µs here.
+
+**Threads never a bet.**  On an idle machine two threads take the EAM gradient at 10^6
+to 0.6x one thread's time; on a machine with other work they lost, up to 7x (the
+ten-kernel chain at 10^5 beside two other threaded processes, GNU OpenMP): a parallel
+region ends when its last thread is done, and a thread the OS has descheduled ends it
+a time slice late.  So each place that may split a loop (a prepared kernel call, a
+backward pass of a given size, a fused ``db.jit`` program) owns a :class:`ThreadChoice`
+that times its calls both ways and runs the way that has been faster lately: threads
+must win by 10% (they cost the machine a second core).  The other way is tried again
+now and then, less often while it keeps losing (every 4th call, then 8th, ... up to the
+256th), at once again when it wins: a load that comes or goes is followed within a few
+hundred calls, and the tries cost at most a few percent.  ``config.adaptive_threads =
+False`` splits every large loop.
+
+**Numba's TBB layer when it is installed** (``pip install dualbcast[tbb]``): its
+threads steal work, so the calling thread finishes the chunks that a descheduled worker
+never took, and idle workers sleep instead of spinning.  Measured here beside GNU
+OpenMP (medians of interleaved rounds, default threads over one thread, 2 cores): busy
+processes, other threaded processes or a BLAS process on the machine 1.07-1.16 against
+0.8-7.2; idle alike (0.59 and 0.80).  pip puts TBB's library where the loader does not
+look (``<venv>/lib``), so it is loaded here, before Numba picks its layer, unless the
+Numba's threads already run; a layer the user chose (``NUMBA_THREADING_LAYER``) is
+the one Numba takes.
+
+Two limits of the layers are kept out of the user's way:
 
 - GNU OpenMP (Numba's ``omp`` layer) kills a forked child that starts a parallel
   region once the parent has launched Numba's threads (``multiprocessing`` forks by
@@ -19,8 +44,11 @@ and the others more; every chunk's results land in its own place, so the bits ne
 depend on who ran it.  (Numba's ``parallel_chunksize`` did not balance with the
 ``omp`` layer: it still splits the chunks evenly up front.)
 """
+import ctypes
+import importlib.metadata
 import os
 import threading
+import time
 
 import numba
 import numpy as np
@@ -47,12 +75,64 @@ def _after_fork_in_child():
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
+_TBB_LIBRARIES = ("libtbb.so.12", "libtbb.12.dylib", "tbb12.dll")
+
+
+def _load_tbb():
+    """Make Numba's TBB layer loadable where pip installed ``tbb`` (its library sits in
+    ``<prefix>/lib``, off the loader's path): loaded once, globally, so that Numba's
+    ``tbbpool`` finds it and Numba's default order (tbb, omp, workqueue) takes it.  A
+    layer the user chose (``NUMBA_THREADING_LAYER``) is still the one Numba takes;
+    nothing once Numba's threads run."""
+    if getattr(numba_parallel, "_is_initialized", False):
+        return
+    try:
+        files = importlib.metadata.distribution("tbb").files or ()
+    except importlib.metadata.PackageNotFoundError:
+        return
+    for file in files:
+        if file.name in _TBB_LIBRARIES:
+            try:
+                ctypes.CDLL(str(file.locate()), mode=ctypes.RTLD_GLOBAL)
+            except OSError:         # (a broken install: Numba falls back to OpenMP)
+                pass
+            return
+
+
+_load_tbb()
+
+_launched = False
+
+
+def launch_threads():
+    """Start Numba's threading layer, once, before the first parallel code compiles or
+    runs.  Under GNU OpenMP (no TBB) its workers are made to sleep when idle
+    (``OMP_WAIT_POLICY=PASSIVE``, read when the runtime loads, which is now; set for
+    that moment only, and only when the user has not set it): by default they spin
+    after every region, taking a core from whatever else runs, our own next loop
+    included (the ten-kernel chain at 10^5 beside one busy process: 1.8x one thread,
+    measured and timed anew as each call was; passive: 1.02x)."""
+    global _launched
+    if _launched:
+        return
+    if not getattr(numba_parallel, "_is_initialized", True):
+        chosen = "OMP_WAIT_POLICY" in os.environ
+        if not chosen:
+            os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        try:
+            numba_parallel._launch_threads()
+        finally:
+            if not chosen:
+                del os.environ["OMP_WAIT_POLICY"]
+    _launched = True
+
 
 def enter_parallel_region():
     """Whether this call may start a parallel region now (then it must call
     :func:`leave_parallel_region` after it)."""
     if _forked_after_launch:
         return False                # a child forked after the parent launched threads
+    launch_threads()
     return _region.acquire(blocking=False)
 
 
@@ -60,29 +140,145 @@ def leave_parallel_region():
     _region.release()
 
 
+class ThreadChoice:
+    """Whether one place's large loop runs on threads, from its own measured times
+    (see the module's docstring).  Per call::
+
+        if choice.threaded() and enter_parallel_region():   # ... on threads
+        seconds = ...;  choice.record(threaded, seconds)
+    """
+    __slots__ = ("prefer", "times", "interval", "countdown", "streak")
+
+    SAMPLES = 8                 # recent times kept per way
+    FIRST_TRY, LAST_TRY = 4, 256
+    MARGIN = 0.9                # threads must take at most this much of one thread's time
+
+    def __init__(self):
+        self.prefer = True                  # threads, until measured
+        self.times = ([], [])               # seconds per call: one thread, threads
+        self.interval = self.FIRST_TRY      # calls between tries of the other way
+        self.countdown = 2                  # the second call tries one thread
+        self.streak = 0                     # tries in a row that beat the preferred way
+
+    def threaded(self):
+        """Whether this call should run on threads (the preferred way, or a try of
+        the other)."""
+        if not config.adaptive_threads:
+            return True
+        self.countdown -= 1
+        return self.prefer if self.countdown > 0 else not self.prefer
+
+    def record(self, threaded, seconds):
+        """A call took ``seconds`` on threads or one thread."""
+        if not config.adaptive_threads:
+            return
+        kept = self.times[threaded]
+        kept.append(seconds)
+        if len(kept) > self.SAMPLES:
+            del kept[0]
+        if threaded == self.prefer:
+            # The other way at once when this way now looks the slower (a load came
+            # and went), or when its try was refused (another region ran).
+            if self.countdown <= 0 or self._threads_faster() != self.prefer:
+                self.countdown = 1
+            return
+        preferred = _typical(self.times[self.prefer])
+        if preferred == float("inf"):       # nothing to compare with yet
+            self.countdown = 2
+            return
+        # A try of the other way: switch when it is now the faster on the recent
+        # times; try it again at once when this call alone beat the preferred way (up
+        # to a window of times in a row: then its stalls have had their chance to
+        # show), later and later while it keeps losing.
+        faster = self._threads_faster()
+        beat = seconds < (preferred * self.MARGIN if threaded else preferred / self.MARGIN)
+        if faster != self.prefer:
+            self.prefer, self.interval, self.streak = faster, self.FIRST_TRY, 0
+            self.countdown = self.interval
+        elif beat and self.streak < self.SAMPLES:
+            self.countdown, self.streak = 1, self.streak + 1
+        else:
+            self.interval = min(2 * self.interval, self.LAST_TRY)
+            self.countdown, self.streak = self.interval, 0
+
+    def _threads_faster(self):
+        return _typical(self.times[True]) <= self.MARGIN * _typical(self.times[False])
+
+
+def _typical(times):
+    """The mean of ``times``: what a user pays per call.  (A trimmed mean or a median
+    hid the stalls: under GNU OpenMP with more busy threads than cores, one threaded
+    call in five waited 10-25 ms for a descheduled worker, against 0.1 ms for the
+    rest.)"""
+    return sum(times) / len(times) if times else float("inf")
+
+
+class ChoicesBySize:
+    """One :class:`ThreadChoice` per size of a pass (a backward product run over many
+    sizes): a bounded table, cleared when full."""
+
+    def __init__(self, limit=256):
+        self.table, self.limit = {}, limit
+
+    def __getitem__(self, size):
+        choice = self.table.get(size)
+        if choice is None:
+            if len(self.table) >= self.limit:
+                self.table.clear()
+            choice = self.table[size] = ThreadChoice()
+        return choice
+
+
+def split_if_it_pays(choices, size, chunk, parallel, serial, *args):
+    """``parallel(*args, workers)`` on ``config.threads`` threads sharing chunks of
+    ``chunk`` elements, or ``serial(*args)`` on this one: serial below
+    ``config.parallel_threshold`` elements, otherwise as ``choices[size]`` (a
+    :class:`ChoicesBySize`) finds faster."""
+    workers = min(config.threads, -(-size // chunk))
+    if size < config.parallel_threshold or workers < 2:
+        return serial(*args)
+    choice = choices[size]
+    threaded = choice.threaded() and enter_parallel_region()
+    start = time.perf_counter()
+    try:
+        result = parallel(*args, workers) if threaded else serial(*args)
+    finally:
+        if threaded:
+            leave_parallel_region()
+    choice.record(threaded, time.perf_counter() - start)
+    return result
+
+
 def multiply_in_place(array, factor):
     """``array *= factor`` with NumPy's result (the product in NumPy's result dtype,
-    stored in ``array``'s), on ``config.threads`` threads for a large contiguous
-    float array."""
-    if array.size >= config.parallel_threshold and config.threads > 1 \
-            and array.dtype in _FLOATS and array.flags.c_contiguous:
+    stored in ``array``'s), on threads for a large contiguous float array."""
+    if array.dtype in _FLOATS and array.flags.c_contiguous:
         factor = np.result_type(array, factor).type(factor)
-        if enter_parallel_region():
-            try:
-                _scale(array.reshape(-1), factor)
-            finally:
-                leave_parallel_region()
-            return
-    np.multiply(array, factor, out=array)
+        split_if_it_pays(_SCALE_CHOICES, array.size, _SCALE_CHUNK, _scale_parallel,
+                         _scale, array.reshape(-1), factor)
+    else:
+        np.multiply(array, factor, out=array)
+
+
+def _scale(flat, factor):
+    np.multiply(flat, factor, out=flat)
 
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_SCALE_CHOICES = ChoicesBySize()
+_SCALE_CHUNK = 1 << 14
 
 
 @guarded_njit(parallel=True, nogil=True, cache=True)
-def _scale(flat, factor):
-    for i in numba.prange(flat.size):
-        flat[i] *= factor
+def _scale_parallel(flat, factor, workers):
+    n = flat.size
+    queue = np.zeros(1, np.int64)       # chunks taken as threads get free
+    for _ in numba.prange(workers):
+        c = next_chunk(queue)
+        while c * _SCALE_CHUNK < n:
+            for i in range(c * _SCALE_CHUNK, min((c + 1) * _SCALE_CHUNK, n)):
+                flat[i] *= factor
+            c = next_chunk(queue)
 
 
 @intrinsic

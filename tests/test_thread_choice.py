@@ -1,0 +1,256 @@
+"""Threads that never hurt: each place a large loop may split times its calls both ways
+and runs the faster (kernel/threads.py); the threading layer is Numba's TBB when it is
+installed; results never depend on either; no thread of ours keeps a core busy once
+the loops are done."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import dualbcast as db
+from dualbcast.kernel import threads as thread_module
+from dualbcast.kernel.prepared import CHUNK_ELEMENTS
+from dualbcast.kernel.threads import ThreadChoice
+
+
+@pytest.fixture
+def measured(monkeypatch):
+    monkeypatch.setattr(db.config, "adaptive_threads", True)
+    return db.config
+
+
+_TRIES_IN_3000 = 1 + 6 + (3000 - 252) // 256 + 1
+
+
+def _gaps(ways, way):
+    """Calls between one call going ``way`` and the next."""
+    calls = [i for i, w in enumerate(ways) if w == way]
+    return [b - a for a, b in zip(calls, calls[1:])]
+
+
+def _drive(choice, calls, threaded_seconds, serial_seconds):
+    """``calls`` calls through ``choice``; the seconds of call ``i`` on threads or one
+    thread given by the two functions of ``i``.  Returns the way each call went."""
+    ways = []
+    for i in range(calls):
+        way = choice.threaded()
+        choice.record(way, threaded_seconds(i) if way else serial_seconds(i))
+        ways.append(way)
+    return ways
+
+
+def test_threads_that_pay_are_kept_and_one_thread_is_tried_ever_more_rarely(measured):
+    ways = _drive(ThreadChoice(), 3000, lambda i: 1.0, lambda i: 2.0)
+    assert not all(ways)                    # one thread was tried...
+    # ...ever more rarely: after 4, 8, ..., 256 calls, then every 256th
+    assert ways.count(False) <= _TRIES_IN_3000
+    assert _gaps(ways, False)[-3:] == [256] * 3
+
+
+def test_threads_that_lose_are_left_and_tried_ever_more_rarely(measured):
+    ways = _drive(ThreadChoice(), 3000, lambda i: 10.0, lambda i: 1.0)
+    assert ways.count(True) <= _TRIES_IN_3000
+    assert _gaps(ways, True)[-3:] == [256] * 3
+    # what the tries cost: a few percent of the time with one thread throughout
+    spent = sum(10.0 if way else 1.0 for way in ways[1000:])
+    assert spent <= 1.05 * 2000
+
+
+def test_stalls_count_in_what_a_call_costs(measured):
+    """Threads usually 10x faster but stalled one call in five (a descheduled worker,
+    as GNU OpenMP was seen to do under load): one thread is cheaper on average."""
+    threaded = lambda i: 20.0 if i % 5 == 0 else 0.1
+    ways = _drive(ThreadChoice(), 3000, threaded, lambda i: 1.0)
+    spent = sum(threaded(i) if way else 1.0 for i, way in enumerate(ways) if i >= 2000)
+    assert spent <= 1.1 * 1000
+
+
+def test_a_load_that_goes_away_is_followed(measured):
+    choice = ThreadChoice()
+    ways = _drive(choice, 2000, lambda i: 10.0, lambda i: 1.0)
+    assert not ways[-1]
+    ways = _drive(choice, 2000, lambda i: 0.5, lambda i: 1.0)
+    # back on threads within the longest interval (then one thread tried now and then)
+    assert ways[256:].count(False) <= 8
+    ways = _drive(choice, 2000, lambda i: 10.0, lambda i: 1.0)
+    assert ways[256:].count(True) <= 8      # and off them when the load comes back
+
+
+def test_a_try_refused_by_another_region_is_made_at_the_next_call(measured):
+    choice = ThreadChoice()
+    _drive(choice, 100, lambda i: 10.0, lambda i: 1.0)
+    while not choice.threaded():            # until the next try of threads
+        choice.record(False, 1.0)
+    choice.record(False, 1.0)               # (refused: ran on one thread)
+    assert choice.threaded()
+
+
+def test_without_measuring_every_large_loop_splits(monkeypatch):
+    monkeypatch.setattr(db.config, "adaptive_threads", False)
+    assert all(_drive(ThreadChoice(), 100, lambda i: 10.0, lambda i: 1.0))
+
+
+@pytest.mark.parametrize("value", [0, 1, "yes", None])
+def test_the_setting_is_validated(value):
+    with pytest.raises(TypeError, match="adaptive_threads"):
+        db.config.adaptive_threads = value
+
+
+@db.fast_broadcast
+def damped(x, a):
+    return a * x * x * (1.0 - 0.1 * x)
+
+
+def test_a_kernel_whose_threads_are_slow_runs_on_one_thread_with_the_same_bits(
+        measured, monkeypatch):
+    """Threads made slow (a sleep, as a worker descheduled by a busy machine): the
+    kernel's calls go to one thread, bit for bit what threads give."""
+    import time
+    from dualbcast.kernel import prepared
+    monkeypatch.setattr(measured, "threads", 2)
+    monkeypatch.setattr(measured, "parallel_threshold", 0)
+    x = np.linspace(-1.0, 2.0, 8 * CHUNK_ELEMENTS)
+    want = damped.sum_and_partials(x, 1.5, wrt=(0, 1))    # compiles, one thread
+    split = []
+    real = prepared.PreparedCall._run_parallel
+
+    def slow(self, *args):
+        split.append(1)
+        time.sleep(0.01)
+        return real(self, *args)
+    monkeypatch.setattr(prepared.PreparedCall, "_run_parallel", slow)
+    for _ in range(200):
+        total, (gx, ga) = damped.sum_and_partials(x, 1.5, wrt=(0, 1))
+        assert total == want[0]
+        np.testing.assert_array_equal(gx, want[1][0])
+        assert ga == want[1][1]
+    assert 1 <= len(split) <= 12
+
+
+def _run(code, *args, **environment):
+    env = dict(os.environ, **environment)
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
+                            capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def _layers():
+    """The threading layers Numba can load here (tbb only where it is installed)."""
+    layers = ["omp", "workqueue"]
+    try:
+        import importlib.metadata
+        importlib.metadata.distribution("tbb")
+        layers.insert(0, "tbb")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return layers
+
+
+_MODES = """
+import hashlib, math, sys
+import numpy as np
+import dualbcast as db
+db.config.threads, db.config.parallel_threshold = int(sys.argv[1]), 0
+db.config.adaptive_threads = False
+
+@db.fast_broadcast
+def wave(x, a, b):
+    return a * math.sin(x) * math.exp(-b * x * x) if x > -1.5 else a * x
+
+rng = np.random.default_rng(7)
+x = rng.uniform(-2, 2, (300, 1000))
+a = rng.uniform(0.5, 1.5, 1000)
+digest = hashlib.sha256()
+for _ in range(2):          # (the first call compiles on one thread)
+    results = [wave(x, a, 0.3), wave.sum(x, a, 0.3)]
+    value, partials = wave.value_and_partials(x, a, 0.3, wrt=(0, 1, 2))
+    total, grads = wave.sum_and_partials(x, a, 0.3, wrt=(0, 1, 2))
+    results += [value, *partials, total, *grads]
+    vg = db.value_and_grad(lambda x, a: np.sum(wave(x, a, 0.3) ** 2), argnums=(0, 1))
+    v, (gx, ga) = vg(x, a)
+    results += [v, gx, ga]
+for r in results:
+    digest.update(np.ascontiguousarray(r, np.float64).tobytes())
+import numba
+print(numba.threading_layer() if int(sys.argv[1]) > 1 else "serial", digest.hexdigest())
+"""
+
+
+@pytest.mark.parametrize("layer", _layers())
+def test_every_threading_layer_gives_the_bits_of_one_thread(tmp_path, layer):
+    serial = _run(_MODES, "1", DUALBCAST_CACHE_DIR=str(tmp_path)).split()
+    threaded = _run(_MODES, "2", DUALBCAST_CACHE_DIR=str(tmp_path),
+                    NUMBA_THREADING_LAYER=layer).split()
+    assert threaded == [layer, serial[1]]
+
+
+_IDLE_AFTER_LOOPS = """
+import os, time
+import numpy as np
+import dualbcast as db
+db.config.threads, db.config.parallel_threshold = 2, 0
+db.config.adaptive_threads = False
+
+@db.fast_broadcast
+def kernel(x, a):
+    return a * x * x
+
+x = np.linspace(-1, 1, 1 << 18)
+for _ in range(50):
+    kernel.sum_and_partials(x, 2.0)
+import numba
+layer = numba.threading_layer()
+time.sleep(0.2)                 # (a worker may spin a moment after the last region)
+start_cpu, start = time.process_time(), time.perf_counter()
+time.sleep(1.0)
+busy = (time.process_time() - start_cpu) / (time.perf_counter() - start)
+print(layer, busy)
+"""
+
+
+@pytest.mark.parametrize("layer", ["default", "omp"])
+def test_no_thread_of_ours_keeps_a_core_busy_after_the_loops(tmp_path, layer):
+    environment = {"DUALBCAST_CACHE_DIR": str(tmp_path)}
+    if layer != "default":
+        environment["NUMBA_THREADING_LAYER"] = layer
+    used, busy = _run(_IDLE_AFTER_LOOPS, **environment).split()
+    assert layer in ("default", used)
+    assert float(busy) < 0.05, f"{used}: {float(busy):.0%} of a core used while idle"
+
+
+_LAYER = """
+import numpy as np
+import dualbcast as db
+db.config.threads, db.config.parallel_threshold = 2, 0
+
+@db.fast_broadcast
+def kernel(x):
+    return x * x
+
+x = np.ones(1 << 16)
+kernel.sum(x)
+kernel.sum(x)
+import numba
+print(numba.threading_layer())
+"""
+
+
+def test_tbb_is_taken_where_installed_unless_the_user_chose_a_layer(tmp_path):
+    if "tbb" not in _layers():
+        pytest.skip("tbb is not installed (pip install dualbcast[tbb])")
+    environment = {"DUALBCAST_CACHE_DIR": str(tmp_path)}
+    environment.pop("NUMBA_THREADING_LAYER", None)
+    assert _run(_LAYER, **environment).strip() == "tbb"
+    assert _run(_LAYER, NUMBA_THREADING_LAYER="omp", **environment).strip() == "omp"
+
+
+def test_the_library_is_loaded_only_while_numba_may_still_choose(monkeypatch):
+    loaded = []
+    monkeypatch.setattr(thread_module.ctypes, "CDLL", lambda *a, **k: loaded.append(a))
+    monkeypatch.setattr(thread_module.numba_parallel, "_is_initialized", True)
+    thread_module._load_tbb()
+    assert loaded == []
