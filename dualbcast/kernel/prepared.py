@@ -249,10 +249,8 @@ class PreparedCall:
         try:
             start = time.perf_counter()
             if workers > 1 and enter_parallel_region():
-                measured = self.threaded        # (not a call that compiles the driver)
                 self._run_parallel(workers, operands, outputs, scratch)
-                if measured:
-                    choice.record(True, time.perf_counter() - start)
+                choice.record(True, time.perf_counter() - start)
             else:       # (also when another thread of ours is in a parallel region)
                 arguments = (self.plan.loop_shape, 0, self.nchunks, self.rows, *operands,
                              *outputs, *_first_rows(scratch))

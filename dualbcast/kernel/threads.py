@@ -102,6 +102,7 @@ def _load_tbb():
 _load_tbb()
 
 _launched = False
+_launching = threading.Lock()
 
 
 def launch_threads():
@@ -115,16 +116,17 @@ def launch_threads():
     global _launched
     if _launched:
         return
-    if not getattr(numba_parallel, "_is_initialized", True):
-        chosen = "OMP_WAIT_POLICY" in os.environ
-        if not chosen:
-            os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-        try:
-            numba_parallel._launch_threads()
-        finally:
+    with _launching:
+        if not getattr(numba_parallel, "_is_initialized", True):
+            chosen = "OMP_WAIT_POLICY" in os.environ
             if not chosen:
-                del os.environ["OMP_WAIT_POLICY"]
-    _launched = True
+                os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+            try:
+                numba_parallel._launch_threads()
+            finally:
+                if not chosen:
+                    del os.environ["OMP_WAIT_POLICY"]
+        _launched = True
 
 
 def enter_parallel_region():
@@ -147,7 +149,7 @@ class ThreadChoice:
         if choice.threaded() and enter_parallel_region():   # ... on threads
         seconds = ...;  choice.record(threaded, seconds)
     """
-    __slots__ = ("prefer", "times", "interval", "countdown", "streak")
+    __slots__ = ("prefer", "times", "warm", "interval", "countdown", "streak")
 
     SAMPLES = 8                 # recent times kept per way
     FIRST_TRY, LAST_TRY = 4, 256
@@ -156,6 +158,7 @@ class ThreadChoice:
     def __init__(self):
         self.prefer = True                  # threads, until measured
         self.times = ([], [])               # seconds per call: one thread, threads
+        self.warm = [False, False]          # each way's first call is not a sample
         self.interval = self.FIRST_TRY      # calls between tries of the other way
         self.countdown = 2                  # the second call tries one thread
         self.streak = 0                     # tries in a row that beat the preferred way
@@ -171,6 +174,11 @@ class ThreadChoice:
     def record(self, threaded, seconds):
         """A call took ``seconds`` on threads or one thread."""
         if not config.adaptive_threads:
+            return
+        if not self.warm[threaded]:         # (it may have compiled or loaded code)
+            self.warm[threaded] = True
+            if threaded != self.prefer or self.countdown <= 0:
+                self.countdown = 1          # a try: again at the next call
             return
         kept = self.times[threaded]
         kept.append(seconds)
