@@ -4,7 +4,7 @@ work as users' machines have it, and beside other libraries in the same process.
 
 - ``ThreadsUnderLoad``: the EAM value and gradient at 10^6 and the ten-kernel chain at
   10^5, under each load of :data:`machine_load.LOADS` (started and stopped here):
-  default threads over ``config.threads = 1``, and over JAX jit when installed.
+  default threads over ``config.threads = 1``, and both over JAX jit when installed.
 - ``ThreadsBesideBlas``: an MLP layer's gradient (kernel calls between NumPy's BLAS
   products), default over one thread; and a BLAS product timed between threaded
   kernel calls over the same product between one-threaded ones (are BLAS's threads
@@ -79,8 +79,17 @@ class ThreadsUnderLoad(_Threads):
         default, jax = medians_in_turns(self.default, self.jax, seconds=2.5)
         return default / jax
 
+    def track_one_thread_over_jax(self, load, case):
+        """(The target over JAX holds where this is at most 1.5; see the README's
+        "Threads" on what importing JAX can do to NumPy's temporaries.)"""
+        if self.jax is None:
+            raise NotImplementedError("JAX is not installed")
+        one, jax = medians_in_turns(self.one, self.jax, seconds=2.5)
+        return one / jax
+
     track_default_over_one_thread.unit = "ratio"
     track_default_over_jax.unit = "dualbcast/JAX"
+    track_one_thread_over_jax.unit = "dualbcast/JAX"
 
 
 @db.fast_broadcast
