@@ -4,6 +4,7 @@ installed; results never depend on either; no thread of ours keeps a core busy o
 the loops are done."""
 import math
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -23,15 +24,6 @@ def measured(monkeypatch):
     return db.config
 
 
-_TRIES_IN_3000 = 1 + 6 + (3000 - 252) // 256 + 1
-
-
-def _gaps(ways, way):
-    """Calls between one call going ``way`` and the next."""
-    calls = [i for i, w in enumerate(ways) if w == way]
-    return [b - a for a, b in zip(calls, calls[1:])]
-
-
 def _drive(choice, calls, threaded_seconds, serial_seconds):
     """``calls`` calls through ``choice``; the seconds of call ``i`` on threads or one
     thread given by the two functions of ``i``.  Returns the way each call went."""
@@ -43,41 +35,48 @@ def _drive(choice, calls, threaded_seconds, serial_seconds):
     return ways
 
 
+def _spent(ways, threaded_seconds, serial_seconds, start):
+    return sum(threaded_seconds(i) if way else serial_seconds(i)
+               for i, way in enumerate(ways) if i >= start)
+
+
 def test_threads_that_pay_are_kept_and_one_thread_is_tried_ever_more_rarely(measured):
-    ways = _drive(ThreadChoice(), 3000, lambda i: 1.0, lambda i: 2.0)
+    ways = _drive(ThreadChoice(), 5000, lambda i: 1.0, lambda i: 2.0)
     assert not all(ways)                    # one thread was tried...
-    # ...ever more rarely: after 4, 8, ..., 256 calls, then every 256th
-    assert ways.count(False) <= _TRIES_IN_3000
-    assert _gaps(ways, False)[-3:] == [256] * 3
+    assert ways[3000:].count(False) <= 2 * ThreadChoice.BURST       # ...ever more rarely
+    assert _spent(ways, lambda i: 1.0, lambda i: 2.0, 3000) <= 1.02 * 2000
 
 
 def test_threads_that_lose_are_left_and_tried_ever_more_rarely(measured):
-    ways = _drive(ThreadChoice(), 3000, lambda i: 10.0, lambda i: 1.0)
-    assert ways.count(True) <= _TRIES_IN_3000
-    assert _gaps(ways, True)[-3:] == [256] * 3
-    # what the tries cost: a few percent of the time with one thread throughout
-    spent = sum(10.0 if way else 1.0 for way in ways[1000:])
-    assert spent <= 1.05 * 2000
+    ways = _drive(ThreadChoice(), 5000, lambda i: 10.0, lambda i: 1.0)
+    assert ways.count(True) <= 16           # a first try that loses by 2x ends its burst
+    assert _spent(ways, lambda i: 10.0, lambda i: 1.0, 1000) <= 1.02 * 4000
 
 
-def test_stalls_count_in_what_a_call_costs(measured):
-    """Threads usually 10x faster but stalled one call in five (a descheduled worker,
-    as GNU OpenMP was seen to do under load): one thread is cheaper on average."""
-    threaded = lambda i: 20.0 if i % 5 == 0 else 0.1
-    ways = _drive(ThreadChoice(), 3000, threaded, lambda i: 1.0)
-    spent = sum(threaded(i) if way else 1.0 for i, way in enumerate(ways) if i >= 2000)
-    assert spent <= 1.1 * 1000
+@pytest.mark.parametrize("stalls", [0.02, 0.05, 0.1, 0.2])
+def test_random_stalls_count_in_what_a_call_costs(measured, stalls):
+    """Threads 3x faster but stalled now and then for 10-25 ms (a descheduled worker,
+    as GNU OpenMP was seen to do under load), at random: one thread is cheaper on
+    average, and the choice never costs 10% more than it (tries that went on while
+    they were fast flip-flopped here at up to 2.6x)."""
+    rng = random.Random(stalls)
+    draws = [rng.uniform(10.0, 25.0) if rng.random() < stalls else 0.1
+             for _ in range(20000)]
+    ways = _drive(ThreadChoice(), 20000, draws.__getitem__, lambda i: 0.3)
+    # (measured: 1.00, 1.03, 1.04 and 1.10 of one thread's time)
+    assert _spent(ways, draws.__getitem__, lambda i: 0.3, 0) <= 1.12 * 0.3 * 20000
 
 
 def test_a_load_that_goes_away_is_followed(measured):
     choice = ThreadChoice()
-    ways = _drive(choice, 2000, lambda i: 10.0, lambda i: 1.0)
+    ways = _drive(choice, 3000, lambda i: 10.0, lambda i: 1.0)
     assert not ways[-1]
-    ways = _drive(choice, 2000, lambda i: 0.5, lambda i: 1.0)
-    # back on threads within the longest interval (then one thread tried now and then)
-    assert ways[256:].count(False) <= 8
-    ways = _drive(choice, 2000, lambda i: 10.0, lambda i: 1.0)
-    assert ways[256:].count(True) <= 8      # and off them when the load comes back
+    # threads faster again, and the way taken slower (the load is gone; one thread's
+    # own calls also got faster: the change is seen at once)
+    ways = _drive(choice, 3000, lambda i: 0.2, lambda i: 0.4)
+    assert ways[100:].count(False) <= 3 * ThreadChoice.BURST
+    ways = _drive(choice, 3000, lambda i: 10.0, lambda i: 1.0)
+    assert ways[100:].count(True) <= 3 * ThreadChoice.BURST
 
 
 def test_a_try_refused_by_another_region_is_made_at_the_next_call(measured):

@@ -121,6 +121,7 @@ import numpy as np
 import dualbcast as db
 db.config.cache_dir = sys.argv[1]
 db.config.threads, db.config.parallel_threshold = 2, 0
+db.config.adaptive_threads = False          # (the second call splits)
 
 @db.fast_broadcast
 def kernel(x, a):
@@ -141,16 +142,21 @@ print("child exit", os.waitstatus_to_exitcode(status))
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+@pytest.mark.parametrize("layer", ["default", "omp"])
 @pytest.mark.parametrize("calls_before_fork", [1, 2])
 def test_a_child_forked_after_threads_were_launched_computes_on_one_thread(
-        tmp_path, calls_before_fork):
+        tmp_path, calls_before_fork, layer):
     """GNU OpenMP kills a forked child that starts a parallel region after its parent
     launched Numba's threads (multiprocessing forks by default on Linux), which the
     parent's first large call does when it compiles the threaded driver, before any
-    region runs; dualbcast's child runs alone."""
+    region runs; dualbcast's child runs alone (under the default layer, TBB where it
+    is installed, and under GNU OpenMP)."""
+    environment = dict(os.environ)
+    if layer != "default":
+        environment["NUMBA_THREADING_LAYER"] = layer
     result = subprocess.run([sys.executable, "-c", _FORKED_CHILD, str(tmp_path),
                              str(calls_before_fork)],
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=300, env=environment)
     assert result.returncode == 0, result.stderr
     assert "child exit 0" in result.stdout, result.stdout + result.stderr
 

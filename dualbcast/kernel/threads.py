@@ -12,10 +12,11 @@ a time slice late.  So each place that may split a loop (a prepared kernel call,
 backward pass of a given size, a fused ``db.jit`` program) owns a :class:`ThreadChoice`
 that times its calls both ways and runs the way that has been faster lately: threads
 must win by 10% (they cost the machine a second core).  The other way is tried again
-now and then, less often while it keeps losing (every 4th call, then 8th, ... up to the
-256th), at once again when it wins: a load that comes or goes is followed within a few
-hundred calls, and the tries cost at most a few percent.  ``config.adaptive_threads =
-False`` splits every large loop.
+in short bursts, less often while it keeps losing (after 4 calls, then 8, ... up to
+1024), and at once when the way taken slows down: never more than ~10% over the
+better way in simulations with random stalls, though threads that stall rarely but
+for 100x their time may be left for one thread.  ``config.adaptive_threads = False``
+splits every large loop.
 
 **Numba's TBB layer when it is installed** (``pip install dualbcast[tbb]``): its
 threads steal work, so the calling thread finishes the chunks that a descheduled worker
@@ -148,69 +149,102 @@ class ThreadChoice:
 
         if choice.threaded() and enter_parallel_region():   # ... on threads
         seconds = ...;  choice.record(threaded, seconds)
-    """
-    __slots__ = ("prefer", "times", "warm", "interval", "countdown", "streak")
 
-    SAMPLES = 8                 # recent times kept per way
-    FIRST_TRY, LAST_TRY = 4, 256
+    Each way keeps its last ``WINDOW`` times; the faster mean wins.  The other way is
+    tried in bursts of ``BURST`` calls in a row, whatever they take (tries that went
+    on while they were fast would never see a rare stall: switching on them made the
+    choice flip back and forth at up to 2.6x the better way's time), unless the first
+    loses by 2x; every ``interval`` calls: 4 at first, doubling up to 1024 while the
+    bursts lose.  At once when the preferred way's mean becomes the slower, and when
+    its median moves by 2x (a load came or went: the other way's times are stale and
+    dropped).
+    """
+    __slots__ = ("prefer", "times", "warm", "interval", "countdown", "burst")
+
+    WINDOW = 64                 # recent times kept per way
+    BURST = 8                   # tries of the other way in a row
+    FIRST_TRY, LAST_TRY = 4, 1024
     MARGIN = 0.9                # threads must take at most this much of one thread's time
+    CHANGE = 2.0                # the preferred way's recent times over its earlier ones
 
     def __init__(self):
         self.prefer = True                  # threads, until measured
         self.times = ([], [])               # seconds per call: one thread, threads
         self.warm = [False, False]          # each way's first call is not a sample
-        self.interval = self.FIRST_TRY      # calls between tries of the other way
+        self.interval = self.FIRST_TRY      # calls between bursts of the other way
         self.countdown = 2                  # the second call tries one thread
-        self.streak = 0                     # tries in a row that beat the preferred way
+        self.burst = 0                      # tries left in the current burst
 
     def threaded(self):
         """Whether this call should run on threads (the preferred way, or a try of
         the other)."""
         if not config.adaptive_threads:
             return True
+        if self.burst:
+            return not self.prefer
         self.countdown -= 1
-        return self.prefer if self.countdown > 0 else not self.prefer
+        if self.countdown > 0:
+            return self.prefer
+        self.burst = self.BURST
+        return not self.prefer
 
     def record(self, threaded, seconds):
         """A call took ``seconds`` on threads or one thread."""
         if not config.adaptive_threads:
             return
+        tried = threaded != self.prefer
+        if tried and self.burst:
+            self.burst -= 1
+            if self.burst == self.BURST - 1 and self.times[self.prefer] \
+                    and seconds > 2 * _typical(self.times[self.prefer]):
+                self.burst = 0              # its first try lost by 2x: that will do
         if not self.warm[threaded]:         # (it may have compiled or loaded code)
             self.warm[threaded] = True
-            if threaded != self.prefer or self.countdown <= 0:
-                self.countdown = 1          # a try: again at the next call
+        else:
+            kept = self.times[threaded]
+            kept.append(seconds)
+            if len(kept) > self.WINDOW:
+                del kept[0]
+        if not tried:
+            if self.burst:                  # a try refused (another region ran)
+                return
+            if self._changed():             # the other way's times are stale
+                self.times[not self.prefer].clear()
+                self.interval, self.countdown = self.FIRST_TRY, 1
+            elif self._threads_faster() != self.prefer:
+                self.countdown = 1          # this way has become the slower: try now
             return
-        kept = self.times[threaded]
-        kept.append(seconds)
-        if len(kept) > self.SAMPLES:
-            del kept[0]
-        if threaded == self.prefer:
-            # The other way at once when this way now looks the slower (a load came
-            # and went), or when its try was refused (another region ran).
-            if self.countdown <= 0 or self._threads_faster() != self.prefer:
-                self.countdown = 1
+        if self.burst:
             return
-        preferred = _typical(self.times[self.prefer])
-        if preferred == float("inf"):       # nothing to compare with yet
-            self.countdown = 2
+        # A burst is over: switch when the other way is now the faster; otherwise try
+        # it later and later.
+        if not self.times[self.prefer] or not self.times[not self.prefer]:
+            self.countdown = 2              # nothing to compare yet: again soon
             return
-        # A try of the other way: switch when it is now the faster on the recent
-        # times; try it again at once when this call alone beat the preferred way (up
-        # to a window of times in a row: then its stalls have had their chance to
-        # show), later and later while it keeps losing.
         faster = self._threads_faster()
-        beat = seconds < (preferred * self.MARGIN if threaded else preferred / self.MARGIN)
         if faster != self.prefer:
-            self.prefer, self.interval, self.streak = faster, self.FIRST_TRY, 0
-            self.countdown = self.interval
-        elif beat and self.streak < self.SAMPLES:
-            self.countdown, self.streak = 1, self.streak + 1
+            self.prefer = faster
         else:
             self.interval = min(2 * self.interval, self.LAST_TRY)
-            self.countdown, self.streak = self.interval, 0
+        self.countdown = self.interval
 
     def _threads_faster(self):
         return _typical(self.times[True]) <= self.MARGIN * _typical(self.times[False])
+
+    def _changed(self):
+        """Whether the preferred way's last few times moved by ``CHANGE`` from those
+        before them (medians: a rare stall is not a change)."""
+        kept = self.times[self.prefer]
+        if len(kept) < 2 * self.BURST:
+            return False
+        recent = _median(kept[-self.BURST:])
+        earlier = _median(kept[:-self.BURST])
+        return recent > self.CHANGE * earlier or earlier > self.CHANGE * recent
+
+
+def _median(times):
+    ordered = sorted(times)
+    return ordered[len(ordered) // 2]
 
 
 def _typical(times):
