@@ -284,3 +284,13 @@ def test_threaded_drivers_are_compiled_only_for_a_call_that_may_split(monkeypatc
     for _ in range(3):
         softplus_like.sum_and_partials(large, 0.7)
     assert compiled == [1]
+
+
+def test_choices_by_size_forget_the_size_least_recently_met():
+    choices = thread_module.ChoicesBySize(limit=4)
+    first = choices[1]
+    for size in (2, 3, 4):
+        choices[size]
+    assert choices[1] is first              # met again: now the most recent
+    choices[5]                              # full: size 2 is forgotten, not all
+    assert list(choices.table) == [3, 4, 1, 5]

@@ -45,6 +45,7 @@ and the others more; every chunk's results land in its own place, so the bits ne
 depend on who ran it.  (Numba's ``parallel_chunksize`` did not balance with the
 ``omp`` layer: it still splits the chunks evenly up front.)
 """
+import collections
 import ctypes
 import importlib.metadata
 import os
@@ -69,9 +70,10 @@ def _after_fork_in_child():
     # Numba's omp layer kills a child that starts a region once the *parent* has launched
     # its thread pool, which compiling a threaded driver does, before any region runs.
     # (Numba's private flag; if it is ever gone, every forked child runs on one thread.)
-    global _forked_after_launch
+    global _forked_after_launch, _launching
     if getattr(numba_parallel, "_is_initialized", True):
         _forked_after_launch = True
+    _launching = threading.Lock()   # (another thread may have held it at the fork)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -94,8 +96,11 @@ def _load_tbb():
     for file in files:
         if file.name in _TBB_LIBRARIES:
             try:
-                ctypes.CDLL(str(file.locate()), mode=ctypes.RTLD_GLOBAL)
-            except OSError:         # (a broken install: Numba falls back to OpenMP)
+                # Only a TBB that Numba takes (2021 update 6 or later): an older one,
+                # loaded, would make Numba warn instead of passing it by quietly.
+                if ctypes.CDLL(str(file.locate())).TBB_runtime_interface_version() >= 12060:
+                    ctypes.CDLL(str(file.locate()), mode=ctypes.RTLD_GLOBAL)
+            except (OSError, AttributeError):   # (a broken install: Numba takes OpenMP)
                 pass
             return
 
@@ -257,17 +262,19 @@ def _typical(times):
 
 class ChoicesBySize:
     """One :class:`ThreadChoice` per size of a pass (a backward product run over many
-    sizes): a bounded table, cleared when full."""
+    sizes): a bounded table, the size least recently met forgotten first."""
 
     def __init__(self, limit=256):
-        self.table, self.limit = {}, limit
+        self.table, self.limit = collections.OrderedDict(), limit
 
     def __getitem__(self, size):
         choice = self.table.get(size)
         if choice is None:
             if len(self.table) >= self.limit:
-                self.table.clear()
+                self.table.popitem(last=False)
             choice = self.table[size] = ThreadChoice()
+        else:
+            self.table.move_to_end(size)
         return choice
 
 
