@@ -74,6 +74,7 @@ def test_a_load_that_goes_away_is_followed(measured):
     # threads faster again, and the way taken slower (the load is gone; one thread's
     # own calls also got faster: the change is seen at once)
     ways = _drive(choice, 3000, lambda i: 0.2, lambda i: 0.4)
+    assert ways[:100].count(False) <= 3 * ThreadChoice.BURST       # (the change, once)
     assert ways[100:].count(False) <= 3 * ThreadChoice.BURST
     ways = _drive(choice, 3000, lambda i: 10.0, lambda i: 1.0)
     assert ways[100:].count(True) <= 3 * ThreadChoice.BURST

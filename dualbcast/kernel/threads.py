@@ -213,8 +213,9 @@ class ThreadChoice:
         if not tried:
             if self.burst:                  # a try refused (another region ran)
                 return
-            if self._changed():             # the other way's times are stale
+            if self._changed():             # times from before the change are stale
                 self.times[not self.prefer].clear()
+                del self.times[self.prefer][:-self.BURST]
                 self.interval, self.countdown = self.FIRST_TRY, 1
             elif self._threads_faster() != self.prefer:
                 self.countdown = 1          # this way has become the slower: try now
