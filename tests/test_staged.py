@@ -389,3 +389,16 @@ def test_a_nan_input_gives_nans_in_the_same_places():
                                  ("kmap", "kexp", "a")), "sum"))
     calls = [(np.zeros(3), 0.0), (np.zeros(3), 0.0), (np.array([0.0, 0.0, np.nan]), 0.0)]
     _same_outcomes(hvp, db.jit(hvp), calls)
+
+
+def test_a_replay_hands_out_a_0d_array_where_the_eager_call_does():
+    """Found by the random programs: after traces on NaN inputs, the replay of an HVP
+    of a 0-d input gave a NumPy scalar (NumPy's operations on 0-d arrays give
+    scalars) where the eager call gives a 0-d array."""
+    f = array_program((("kmap", "kexp", "a"),), "sum")
+
+    def hvp(x, a):
+        v = np.cos(np.arange(np.size(x), dtype=np.result_type(x))).reshape(np.shape(x))
+        return db.jvp(db.grad(f), (x, a), (v, 1.0))[1]
+    calls = [(np.array(np.nan), 0.0)] * 3 + [(np.array(0.0), 0.0)]
+    _same_outcomes(hvp, db.jit(hvp), calls)

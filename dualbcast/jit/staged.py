@@ -122,11 +122,12 @@ _PLAIN_OUTPUTS = frozenset({float, int, bool, complex, str, bytes, np.ndarray})
 
 
 def _output(leaf, tape, f):
-    """Where a replay finds an output leaf: ``("slot", n)`` for a value the program
-    computes, ``("constant", value)`` for one it does not."""
+    """Where a replay finds an output leaf: ``("slot", n, kind)`` for a value the
+    program computes (``kind``: the type the trace's value had), ``("constant", value)``
+    for one it does not."""
     if type(leaf) is Box:
         if leaf.tape is tape:
-            return ("slot", leaf.slot)
+            return ("slot", leaf.slot, type(leaf.value))
         raise RuntimeError("a traced value was used after its grad/vjp/jvp call returned; "
                            "return it from that function instead")
     if type(leaf) not in _PLAIN_OUTPUTS and not isinstance(leaf, np.generic) \
@@ -177,8 +178,9 @@ class StagedProgram:
                 forward = self.forward = generate_forward(self.records, self.guards)
             self.records = None             # (their values of the trace: not kept)
         forward(values)
-        return unflatten(self.tree, [values[where] if kind == "slot" else _fresh(where)
-                                     for kind, where in self.outputs])
+        return unflatten(self.tree, [_as_traced(values[output[1]], output[2])
+                                     if output[0] == "slot" else _fresh(output[1])
+                                     for output in self.outputs])
 
     def _interpreted(self):
         """``forward(values)`` as a loop over the records (a program too long to be
@@ -190,6 +192,19 @@ class StagedProgram:
             for step in steps:
                 step(None, values, records)
         return forward
+
+
+def _as_traced(value, kind):
+    """An output as the trace gave it: a 0-d array where the trace's value was one
+    (NumPy's operations on 0-d arrays give scalars, which the replay's generated code
+    may hand out where the eager call's rules kept an array), a scalar where it was
+    a scalar."""
+    if kind is np.ndarray and type(value) is not np.ndarray and isinstance(value, np.generic):
+        return np.asarray(value)
+    if kind is not np.ndarray and issubclass(kind, np.generic) and type(value) is np.ndarray \
+            and value.ndim == 0:
+        return value[()]
+    return value
 
 
 def _fresh(constant):
