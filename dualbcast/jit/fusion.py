@@ -46,8 +46,6 @@ value grew memory without bound).
 import ast
 import hashlib
 
-import time
-
 import numba
 import numpy as np
 
@@ -61,8 +59,7 @@ from ..kernel.cache import load_loop
 from ..safe_cache import guarded_njit
 from ..kernel.loops import REGISTER, STORE, lane_sum
 from ..kernel.products import nan_safe_product
-from ..kernel.threads import (ThreadChoice, enter_parallel_region, launch_threads,
-                              leave_parallel_region, next_chunk)
+from ..kernel.threads import ThreadChoice, launch_threads, next_chunk, run_as_chosen
 from ..rules.fast import SUM_COTANGENT_FORM, kernel_sum_loop
 from .fused_runtime import (_GRADIENT_SOURCE, _add_to, _libm_pow, _nan_safe, _where,
                             chunk_sum, exact_sum, numpy_sum)
@@ -665,15 +662,8 @@ class Fusion:
     def __call__(self, values):
         if self.threaded < config.parallel_threshold or config.threads < 2:
             return self._run(values, 1)
-        threaded = self.choice.threaded() and enter_parallel_region()
-        start = time.perf_counter()
-        try:
-            result = self._run(values, config.threads if threaded else 1)
-        finally:
-            if threaded:
-                leave_parallel_region()
-        self.choice.record(threaded, time.perf_counter() - start)
-        return result
+        return run_as_chosen(self.choice, lambda: self._run(values, config.threads),
+                             lambda: self._run(values, 1))
 
     def _run(self, values, workers):
         # (loops, not comprehensions: this is most of a small fused call's Python time)

@@ -287,11 +287,17 @@ def split_if_it_pays(choices, size, chunk, parallel, serial, *args):
     workers = min(config.threads, -(-size // chunk))
     if size < config.parallel_threshold or workers < 2:
         return serial(*args)
-    choice = choices[size]
+    return run_as_chosen(choices[size], lambda: parallel(*args, workers),
+                         lambda: serial(*args))
+
+
+def run_as_chosen(choice, threaded_run, serial_run):
+    """``threaded_run()`` in a parallel region when ``choice`` says threads and the
+    region is free, else ``serial_run()``; its time recorded in ``choice``."""
     threaded = choice.threaded() and enter_parallel_region()
     start = time.perf_counter()
     try:
-        result = parallel(*args, workers) if threaded else serial(*args)
+        result = threaded_run() if threaded else serial_run()
     finally:
         if threaded:
             leave_parallel_region()
