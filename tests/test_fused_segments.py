@@ -101,11 +101,19 @@ def test_operands_of_every_kind_add_their_cotangents_up_in_the_replay_order(
         shape, argnums, fused_runs):
     fixed = (RNG.uniform(-1.0, 1.0, shape), RNG.uniform(-1.0, 1.0, shape), 0.75)
     differentiated = (argnums,) if type(argnums) is int else argnums
-    # (arguments not differentiated are constants of the program: the same each call)
-    argsets = [tuple(RNG.uniform(-1.0, 1.0, np.shape(value)) + (i == 2) if i in differentiated
-                     else value for i, value in enumerate(fixed)) for _ in range(4)]
-    argsets = [(x, y, float(a)) for x, y, a in argsets]
-    vg = _agree(mixed, argsets, argnums=argnums)
+    # (operands not differentiated are closed over: constants of the program, the same
+    # each call; as arguments they would be inputs, and the gradient staged)
+    constants = {i: value for i, value in enumerate(fixed) if i not in differentiated}
+
+    def live(*operands):
+        operands = list(operands)
+        for i in sorted(constants):
+            operands.insert(i, constants[i])
+        return mixed(*operands)
+    argsets = [tuple(RNG.uniform(-1.0, 1.0, np.shape(fixed[i])) + (i == 2)
+                     for i in differentiated) for _ in range(4)]
+    argsets = [tuple(float(v) if np.ndim(v) == 0 else v for v in args) for args in argsets]
+    vg = _agree(live, argsets, argnums=tuple(range(len(differentiated))))
     assert "def _s0_forward" in _fusion(vg).source
     assert len(fused_runs) == 2
 

@@ -87,9 +87,56 @@ def _outcome(function, args, kwargs=None):
         return err
 
 
+def assert_same_to_rounding(eager, jitted, path="result"):
+    """``jitted`` is ``eager`` to rounding: the same types, structure, dtypes, shapes,
+    nan where nan, and numbers equal to a few units in the last place."""
+    assert type(jitted) is type(eager), (path, type(eager), type(jitted))
+    if isinstance(eager, (tuple, list)):
+        assert len(jitted) == len(eager), path
+        for i, (e, j) in enumerate(zip(eager, jitted)):
+            assert_same_to_rounding(e, j, f"{path}[{i}]")
+    elif isinstance(eager, dict):
+        assert list(jitted) == list(eager), path
+        for key in eager:
+            assert_same_to_rounding(eager[key], jitted[key], f"{path}[{key!r}]")
+    elif isinstance(eager, (np.ndarray, np.generic, float)):
+        assert np.shape(jitted) == np.shape(eager), path
+        dtype = np.result_type(eager)
+        assert np.result_type(jitted) == dtype, (path, dtype)
+        # (a backward pass that adds in another order: relative to the largest term)
+        rtol = 1e-12 if dtype.itemsize == 8 else 1e-6
+        finite = np.abs(np.asarray(eager, float))[np.isfinite(np.asarray(eager, float))]
+        scale = finite.max() if finite.size else 0.0
+        np.testing.assert_allclose(jitted, eager, rtol=rtol, atol=rtol * scale, err_msg=path)
+    else:
+        assert jitted == eager, (path, eager, jitted)
+
+
+def other_inputs(args, argnums):
+    """Whether arguments besides the differentiated ones are inputs of the program
+    (float arrays, integer arrays, floats, alone or in tuples, lists, dicts): the
+    gradient is then staged, equal to eager to rounding (README, db.jit)."""
+    positions = (argnums,) if isinstance(argnums, int) else argnums
+
+    def is_input(leaf):
+        return isinstance(leaf, (float, np.floating)) and not isinstance(leaf, np.ndarray) \
+            or type(leaf) is np.ndarray and leaf.dtype.kind in "fiu"
+
+    for i, arg in enumerate(args):
+        if i in positions:
+            continue
+        leaves = arg if isinstance(arg, (tuple, list)) else \
+            list(arg.values()) if isinstance(arg, dict) else [arg]
+        if (isinstance(arg, (tuple, list, dict)) and leaves and all(map(is_input, leaves))
+                or not isinstance(arg, (tuple, list, dict)) and is_input(arg)):
+            return True
+    return False
+
+
 def compare_calls(f, calls, argnums=0, out=None):
     """Call eager and jitted ``value_and_grad(f)`` on each argument tuple in turn and
-    require the same outcome (the same bits, or the same exception type)."""
+    require the same outcome (the same bits -- or equal to rounding where other
+    arguments are inputs too -- or the same exception type)."""
     eager = db.value_and_grad(f, argnums=argnums, out=out)
     jitted = db.jit(db.value_and_grad(f, argnums=argnums, out=out))
     with warnings.catch_warnings():
@@ -101,7 +148,10 @@ def compare_calls(f, calls, argnums=0, out=None):
                 assert type(got) is type(expected), (number, expected, got)
                 continue
             try:
-                assert_same(expected, got)
+                if other_inputs(args, argnums):
+                    assert_same_to_rounding(expected, got)
+                else:
+                    assert_same(expected, got)
             except AssertionError as err:
                 raise AssertionError(f"call {number} of {len(calls)} with {args!r}: "
                                      f"eager {expected!r}, jit {got!r}") from err
@@ -678,9 +728,11 @@ def k_scale(x, c):
 
 
 def test_non_differentiated_arguments_of_every_kind():
+    # (ints and bools are static, keyed by value: f may test their Python types; floats
+    # are inputs, traced as under jax.jit)
     def f(x, c):
         factor = c[0] if isinstance(c, (list, tuple)) else c
-        return np.sum(x * factor) + (1.0 if isinstance(factor, float) else 2.0)
+        return np.sum(x * factor) + (1.0 if isinstance(factor, (bool, int)) else 2.0)
     x = np.array([0.5, 1.0])
     constants = [2.0, 2.0, 2.0, 2, np.float64(2.0), np.float32(2.0), np.array(2.0), True,
                  -0.0, 0.0, math.nan, [2.0], (2.0,), [2], (np.float64(2.0),), 2.0]
@@ -779,10 +831,10 @@ def test_a_functools_partial_checks_the_wrapped_functions_globals_and_bound_argu
         GLOBAL_SCALE = 2.0
 
 
-def test_large_non_differentiated_arguments_are_neither_copied_nor_compared():
-    # A 400 MB data argument added 400 MB and ~0.1 s to every replay (copied at the
-    # trace, compared in full before each replay): above the copy limit a call runs
-    # eagerly instead, with what the arrays hold at each call.
+def test_large_non_differentiated_arguments_are_inputs_neither_copied_nor_compared():
+    # A 400 MB data argument added 400 MB and ~0.1 s to every replay when arguments
+    # were constants (copied at the trace, compared before each replay).  Arguments
+    # are inputs: replayed on what they hold at each call, never copied.
     import tracemalloc
     from dualbcast.jit.recorder import COPY_LIMIT
     data = np.linspace(0.0, 1.0, 2 * COPY_LIMIT // 8)
@@ -791,20 +843,17 @@ def test_large_non_differentiated_arguments_are_neither_copied_nor_compared():
     jitted = db.jit(db.value_and_grad(f))
     x = np.array([0.5, 1.0, 2.0])
     for step in range(4):
-        data[:3] += 1.0                     # changed in place: eager sees it
+        data[:3] += 1.0                     # changed in place: the replay reads it
         data[-1] = step
-        assert_same(eager(x, data), jitted(x, data))
-    assert [entry.program for entry in _entries(jitted)] == [None]
+        assert_same_to_rounding(eager(x, data), jitted(x, data))
+    assert "1 trace, 3 replays" in jitted.explain()
     tracemalloc.start()
     try:
         jitted(x, data[1:])                 # a new signature: no copy at its trace either
+        jitted(x, data[1:])
         assert tracemalloc.get_traced_memory()[1] < data.nbytes / 4
     finally:
         tracemalloc.stop()
-    small = data[:COPY_LIMIT // 16]         # below the limit: recorded and replayed
-    for _ in range(3):
-        assert_same(eager(x, small), jitted(x, small))
-    assert sum(entry.replays for entry in _entries(jitted)) >= 1
 
 
 def _entries(jitted):

@@ -1,7 +1,7 @@
 """db.jit's memory (dualbcast/jit/compiled.py): a fused function's source names no size
-and no constant, so one compile serves a program at every shape and for every value of
-its non-differentiated floats, shared by every program of equal source; each jitted
-function fuses a bounded number of different programs.  Numba never frees compiled
+and no constant, so one compile serves a program at every shape, for every value of its
+scalar arguments and of the constants it closes over, shared by every program of equal
+source; each jitted function fuses a bounded number of different programs.  Numba never frees compiled
 code, so this is what bounds memory: soaks over hundreds of shapes and values hold RSS
 flat, in a process of their own, and give the eager call's bits on every call."""
 import json
@@ -32,17 +32,23 @@ def density(r, a):
 
 
 def energy(x, a, b=3.0):
-    # non-differentiated floats in a kernel sum, in a segment (a kernel map, a square,
-    # a sum), in scalar operations and as a power
+    # floats in a kernel sum, in a segment (a kernel map, a square, a sum), in scalar
+    # operations and as a power
     p = density.sum(x, a)
     return a * p ** b - p / a + a * np.sum(density(x, a) ** 2)
 
 
+# (a fused program takes its arguments as parameters: x and a are differentiated; a
+# float argument not differentiated is an input too, which stages the gradient)
+BOTH = (0, 1)
+
+
 def _same(got, want):
-    value, gradient = got
-    assert type(value) is type(want[0]) and type(gradient) is type(want[1])
+    value, (gradient, ga) = got
+    assert type(value) is type(want[0]) and type(gradient) is type(want[1][0])
     assert np.float64(value).tobytes() == np.float64(want[0]).tobytes(), (value, want[0])
-    assert gradient.shape == want[1].shape and gradient.tobytes() == want[1].tobytes()
+    assert gradient.shape == want[1][0].shape and gradient.tobytes() == want[1][0].tobytes()
+    assert type(ga) is type(want[1][1]) and _bits([ga]) == _bits([want[1][1]])
 
 
 def _bits(floats):
@@ -58,8 +64,8 @@ def _fused_functions(vg):
 
 
 def test_programs_at_other_shapes_and_constants_share_one_fused_function(fused_runs):
-    vg = db.jit(db.value_and_grad(energy))
-    eager = db.value_and_grad(energy)
+    vg = db.jit(db.value_and_grad(energy, BOTH))
+    eager = db.value_and_grad(energy, BOTH)
     for n, a in [(7, 0.5), (300, 3.0), (5000, 1e-300), (9000, 2.5), (2, 1e-200)]:
         x = RNG.uniform(0.0, 1.0, n)
         for _ in range(3):                  # traced, replayed (planned), fused
@@ -67,7 +73,7 @@ def test_programs_at_other_shapes_and_constants_share_one_fused_function(fused_r
     held, kept = _fused_functions(vg)
     assert len(fused_runs) == 5 and len(held) == 1 and len(kept.functions) == 1
     # another jitted function of the same program (a closure made again) shares it
-    again = db.jit(db.value_and_grad(lambda x, a: energy(x, a, 3.0)))
+    again = db.jit(db.value_and_grad(lambda x, a: energy(x, a, 3.0), BOTH))
     x = RNG.uniform(0.0, 1.0, 40)
     for _ in range(3):
         _same(again(x, 0.25), eager(x, 0.25))
@@ -75,8 +81,8 @@ def test_programs_at_other_shapes_and_constants_share_one_fused_function(fused_r
 
 
 def test_two_dimensional_shapes_share_one_fused_function(fused_runs):
-    vg = db.jit(db.value_and_grad(energy))
-    eager = db.value_and_grad(energy)
+    vg = db.jit(db.value_and_grad(energy, BOTH))
+    eager = db.value_and_grad(energy, BOTH)
     for shape in [(3, 5), (40, 7), (2, 3000)]:
         x = RNG.uniform(0.0, 1.0, shape)
         for _ in range(3):
@@ -85,7 +91,14 @@ def test_two_dimensional_shapes_share_one_fused_function(fused_runs):
     assert len(fused_runs) == 3 and len(held) == 1 and len(kept.functions) == 1
 
 
-_JITTED = db.jit(db.value_and_grad(energy))
+_B = 3.0         # the power of energy_b: a constant it reads (a new value traces again)
+
+
+def energy_b(x, a):
+    return energy(x, a, _B)
+
+
+_HELD = set()    # the fused functions the examples below ran: one for them all
 
 
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -94,20 +107,24 @@ _JITTED = db.jit(db.value_and_grad(energy))
                    st.sampled_from([0.0, -0.0, 5e-324, -1e-310, 1e-300, 1e300])),
        b=st.one_of(st.floats(0.25, 3.0), st.sampled_from([0.0, -0.0, 1.0, 2.0, -1.0])))
 def test_constants_passed_to_the_fused_function_give_the_eager_bits(fused_runs, n, a, b):
-    """Any float a program takes as a constant (in a kernel sum, a segment, a scalar
-    operation, a power), at any size: the eager call's bits, or the call handed back
-    to the replay (a non-finite value, an error: it warns or raises as the eager call),
-    never another number; and one fused function for them all."""
+    """Any float a program takes as an argument or a constant (in a kernel sum, a
+    segment, a scalar operation, a power), at any size: the eager call's bits, or the
+    call handed back to the replay (a non-finite value, an error: it warns or raises as
+    the eager call), never another number; and one fused function for them all."""
+    global _B
+    _B = b
     x = RNG.uniform(-1.0, 1.0, n)
-    eager = db.value_and_grad(energy)
+    eager = db.value_and_grad(energy_b, BOTH)
+    jitted = db.jit(db.value_and_grad(energy_b, BOTH))
     fused = len(fused_runs)
     with np.errstate(all="ignore"):
-        want = eager(x, a, b)
+        want = eager(x, a)
         for _ in range(3):
-            _same(_JITTED(x, a, b), want)
+            _same(jitted(x, a), want)
     if 1e-3 <= a <= 1e3 and b > 0:         # finite throughout: the fused function's answer
-        assert len(fused_runs) == fused + 1
-    assert len(_fused_functions(_JITTED)[1].functions) <= 1
+        assert len(fused_runs) == fused + 1, jitted.explain()
+    _HELD.update(_fused_functions(jitted)[0])
+    assert len(_HELD) <= 1
 
 
 def test_a_jitted_function_fuses_a_bounded_number_of_different_programs(
@@ -186,8 +203,8 @@ _SOAK = textwrap.dedent("""
 
     from test_jit_memory import energy     # (its kernel's loops cached on disk)
 
-    vg = db.jit(db.value_and_grad(energy))
-    eager = db.value_and_grad(energy)
+    vg = db.jit(db.value_and_grad(energy, (0, 1)))
+    eager = db.value_and_grad(energy, (0, 1))
     rng = np.random.default_rng(0)
     kind, count = {kind!r}, {count}
     rss, mismatches = [], 0
@@ -197,9 +214,10 @@ _SOAK = textwrap.dedent("""
         x = rng.uniform(0.0, 1.0, n)
         want = eager(x, a)
         for _ in range(3):          # traced, replayed, fused
-            value, gradient = vg(x, a)
+            value, (gradient, ga) = vg(x, a)
             mismatches += (np.float64(value).tobytes() != np.float64(want[0]).tobytes()
-                           or gradient.tobytes() != want[1].tobytes())
+                           or gradient.tobytes() != want[1][0].tobytes()
+                           or np.float64(ga).tobytes() != np.float64(want[1][1]).tobytes())
         if len(compiles) > 1:       # a compile per value or shape: stop now
             break
         rss.append(rss_mb())

@@ -187,7 +187,9 @@ def test_a_flipping_branch_stops_being_recorded():
 
 # --- arguments a replay must match -------------------------------------------------
 
-def test_non_differentiated_array_argument_is_compared_by_content():
+def test_non_differentiated_array_argument_is_an_input():
+    # Arguments are inputs (jax.jit's contract): a new value, even one written in
+    # place, is replayed, never compared and never traced again.
     f = Counted(lambda x, a: np.sum(x * a) + np.sum(a))
     vg = db.jit(db.value_and_grad(f))
     x = np.arange(3.0)
@@ -197,19 +199,25 @@ def test_non_differentiated_array_argument_is_compared_by_content():
     value, gradient = vg(x, a)
     assert value == 23.0
     np.testing.assert_array_equal(gradient, a)
-    assert f.runs == 2
-    vg(x + 1.0, a.copy())               # equal content, another object: replayed
-    assert f.runs == 2
+    vg(x + 1.0, a.copy())               # another object
+    value, gradient = vg(x, np.array([-1.0, 0.5, 2.0]))
+    assert value == -1.0 * 0 + 0.5 * 1 + 2.0 * 2 + 1.5
+    np.testing.assert_array_equal(gradient, [-1.0, 0.5, 2.0])
+    assert f.runs == 1
 
 
-@pytest.mark.parametrize("first, second", [(0.0, -0.0), (2, 2.0), (True, 1), (np.float32(1), 1.0)])
-def test_non_differentiated_numbers_are_compared_by_type_and_bits(first, second):
-    f = Counted(lambda x, c: np.sum(x / np.asarray(c, dtype=float)))
+@pytest.mark.parametrize("first, second, runs", [(0.5, -0.5, 1), (2.5, 7.0, 1), (2, 2.0, 2),
+                                                 (True, 1, 2), (np.float32(1), 1.0, 2)])
+def test_non_differentiated_numbers_floats_are_inputs_ints_static(first, second, runs):
+    # Floats are inputs keyed by their type (a new value replays); ints and bools are
+    # static, keyed by type and value.
+    f = Counted(lambda x, c: np.sum(x / c))
     grad = db.jit(db.grad(f))
     x = np.ones(2)
-    np.testing.assert_array_equal(grad(x, first), 1.0 / np.asarray(first, dtype=float))
-    np.testing.assert_array_equal(grad(x, second), 1.0 / np.asarray(second, dtype=float))
-    assert f.runs == 2
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(grad(x, first), 1.0 / np.asarray(first, dtype=float))
+        np.testing.assert_array_equal(grad(x, second), 1.0 / np.asarray(second, dtype=float))
+    assert f.runs == runs
 
 
 def test_a_global_array_changed_in_place_is_noticed():
@@ -396,9 +404,10 @@ def test_replay_equals_tracing_on_branchy_array_code(shape, signs, seed):
     rng = np.random.default_rng(seed)
     for sign in signs:
         x = sign * rng.uniform(0.1, 2.0, shape)
+        # (c = 0.5 is an input too: the gradient is staged, equal to rounding)
         got, want = replaying(x, 0.5), tracing(x, 0.5)
         assert got[0] == want[0] or np.isnan(got[0]) and np.isnan(want[0])
-        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-15)
     x = rng.uniform(0.1, 2.0, shape)
     np.testing.assert_allclose(replaying(x, 0.5)[1],
                                autograd.grad(lambda x: body_autograd(x, 0.5))(x), rtol=1e-12)

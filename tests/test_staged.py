@@ -249,7 +249,8 @@ def test_globals_of_the_function_and_of_its_kernels_are_read_again():
         SCALE = 2.0
 
 
-def test_integer_arguments_are_constants_checked_on_every_call():
+def test_integer_arrays_are_inputs():
+    # An index array is an input: a new value (here written in place) is replayed.
     def energy(flat, i, j):
         d = flat.reshape(-1, 3)[i] - flat.reshape(-1, 3)[j]
         return np.sum(1.0 / np.sum(d * d, axis=1))
@@ -259,9 +260,26 @@ def test_integer_arguments_are_constants_checked_on_every_call():
     i, j = np.array([0, 0, 1]), np.array([1, 2, 3])
     want = db.hessian(energy)(flat, i, j)
     np.testing.assert_array_equal(hessian(flat, i, j), want)
-    j[2] = 2                                    # changed in place: traced again
+    j[2] = 2                                    # changed in place: replayed on it
     np.testing.assert_array_equal(hessian(flat, i, j), db.hessian(energy)(flat, i, j))
-    assert staged_counts(hessian)[0] == 2
+    np.testing.assert_array_equal(hessian(flat, j, i), db.hessian(energy)(flat, j, i))
+    assert staged_counts(hessian) == (1, 2)
+
+
+def test_shapes_that_follow_integer_inputs_are_checked():
+    # np.repeat by counts: the result's length follows the counts' values, where f's
+    # Python code read the trace's shape; another length traces again (each signature
+    # keeps the program of its last trace).
+    def f(x, counts):
+        y = np.repeat(x, counts)
+        return y * float(len(y))
+
+    jitted = db.jit(f)
+    x = np.array([1.0, 2.0, 3.0])
+    for counts in ([1, 1, 1], [1, 2, 1], [1, 1, 1], [0, 0, 5], [0, 0, 5]):
+        counts = np.array(counts)
+        np.testing.assert_array_equal(jitted(x, counts), f(x, counts))
+    assert staged_counts(jitted) == (4, 1)
 
 
 def test_outputs_keep_their_structure_and_constants_are_fresh_arrays():

@@ -288,5 +288,5 @@ def _constant(leaf):
         return leaf         # a trace that differentiates nothing: nothing to stop
     if tape.recorder is not None and not tape.closed:
         # A constant no record computes: a replay could not compute it again.
-        tape.recorder.opaque(tape)
+        tape.recorder.opaque(tape, "stop_gradient was called")
     return _read_only(leaf.value)

@@ -103,6 +103,12 @@ def apply(func, vjps, args, kwargs=_NO_KWARGS, scalar_vjps=None):
         raise
     if not parents:
         if tape is not None:        # traced, but only through non-differentiable inputs
+            if tape.staging and others:
+                # A trace that records the program (dualbcast.jit): computed from an
+                # input (an index), so recorded, not checked.
+                saved = tuple(value if type(arg) is Box else keep(tape, value)
+                              for arg, value in zip(args, values))
+                return record(tape, ans, (), (), vjps, saved, kwargs, func, others)
             escape(tape, func, args, kwargs, ans)
         return ans
     if scalar_vjps is not None and type(ans) in SCALARS:
@@ -461,7 +467,7 @@ class Box(Traced):
         # What a program prints is no record: a replay would skip it.
         tape = self.tape
         if tape.recorder is not None and not tape.closed:
-            tape.recorder.opaque(tape)
+            tape.recorder.opaque(tape, "a traced value was printed")
 
     # --------------------------------------------------------------- array protocol
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):

@@ -153,8 +153,8 @@ class Recorder:
     - ``constant(original, kept)``: a record keeps ``kept`` (``original`` snapshotted:
       see :func:`dualbcast.core.box.snapshot`) of a constant argument; returns what
       the record should keep instead;
-    - ``opaque(tape)``: the program did something a record cannot describe (an error
-      it may have caught, a printed value, ``stop_gradient``).
+    - ``opaque(tape, why)``: the program did something a record cannot describe (an
+      error it may have caught, a printed value, ``stop_gradient``), ``why`` says what.
     """
 
     __slots__ = ()
@@ -165,7 +165,7 @@ class Recorder:
     def constant(self, original, kept):
         return kept
 
-    def opaque(self, tape):
+    def opaque(self, tape, why):
         pass
 
 
@@ -182,7 +182,8 @@ def raised(tape):
     """An operation on traced values raised: ``f`` may catch it and go on, so its
     control flow depended on the error, which no record describes."""
     if tape is not None and tape.recorder is not None and not tape.closed:
-        tape.recorder.opaque(tape)
+        tape.recorder.opaque(tape, "an operation on traced values raised (f may catch "
+                                   "the error and go on)")
 
 
 class Traced:

@@ -193,19 +193,27 @@ def _checked_leaf(leaf, position, tape):
     """``leaf`` as it is differentiated (an ndarray subclass, np.memmap or a user's, as
     a plain view of its data: its gradient is a plain array, as NumPy's functions on it
     would compute), or an error saying why it cannot be."""
-    if type(leaf) is Box:
-        return leaf                 # traced by an enclosing trace: a nested derivative
+    if type(leaf) is Box:           # traced by an enclosing trace: a nested derivative
+        if np.result_type(leaf.value).kind != "f":
+            raise TypeError(_NOT_DIFFERENTIABLE.format(position=position,
+                                                       dtype=np.result_type(leaf.value)))
+        return leaf
+    if tape.staging and type(leaf) is np.ndarray and leaf.dtype.kind in "iu":
+        return leaf                 # an index input of a staged program (never differentiated)
     if is_dask_array(leaf):
         return _checked_dask_leaf(leaf, position, tape)
     if not isinstance(leaf, (float, np.floating, np.ndarray)) or isinstance(leaf, np.ndarray) \
             and leaf.dtype.kind != "f":
         dtype = getattr(leaf, "dtype", type(leaf).__name__)
-        raise TypeError(f"cannot differentiate with respect to argument {position}: it holds "
-                        f"a value of type {dtype}; only float scalars and float arrays are "
-                        f"differentiated (integer and bool values never are)")
+        raise TypeError(_NOT_DIFFERENTIABLE.format(position=position, dtype=dtype))
     if isinstance(leaf, np.ndarray) and type(leaf) is not np.ndarray:
         return leaf.view(np.ndarray)
     return leaf
+
+
+_NOT_DIFFERENTIABLE = ("cannot differentiate with respect to argument {position}: it holds "
+                       "a value of type {dtype}; only float scalars and float arrays are "
+                       "differentiated (integer and bool values never are)")
 
 
 def _checked_dask_leaf(leaf, position, tape):
@@ -258,11 +266,11 @@ def gradient_targets(out, inputs, single, args=()):
         if np.may_share_memory(target, primal):
             raise ValueError("value_and_grad: an out array overlaps the argument it is the "
                              "gradient of")
-    refuse_overlapping_out("value_and_grad", leaves, _argument_arrays(args))
+    refuse_overlapping_out("value_and_grad", leaves, argument_arrays(args))
     return list(zip(boxes, leaves))
 
 
-def _argument_arrays(args):
+def argument_arrays(args):
     """``(position, array)`` for every array in the arguments (in their trees too)."""
     for position, arg in enumerate(args):
         if type(arg) is np.ndarray:

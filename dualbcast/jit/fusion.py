@@ -82,23 +82,22 @@ MAX_STATEMENTS = 1200
 
 def plan_fusion(records, values, leaves, output, guards):
     """A :class:`Fusion` of the program (its records as one run made them, with that
-    run's ``values``), or None if it is not of the kind described above, or its
-    function would be longer than :data:`MAX_STATEMENTS`."""
-    if guards or output is None or type(values[output]) not in _SCALARS:
-        return None
-    try:
-        return _Writer(records, values, leaves, output).fusion()
-    except _NotFusable:
-        return None
+    run's ``values``); :class:`NotFusable`, saying why, if it is not of the kind
+    described above, or its function would be longer than :data:`MAX_STATEMENTS`."""
+    if guards:
+        raise NotFusable("control flow on traced values (the fused function has no guards)")
+    if output is None or type(values[output]) not in _SCALARS:
+        raise NotFusable("the output is not a float64 scalar")
+    return _Writer(records, values, leaves, output).fusion()
 
 
-class _NotFusable(Exception):
-    pass
+class NotFusable(Exception):
+    """Why a program is not fused (its message, for ``explain()`` and the log)."""
 
 
-def _require(condition):
+def _require(condition, why=""):
     if not condition:
-        raise _NotFusable
+        raise NotFusable(why)
 
 
 class _Writer:
@@ -142,9 +141,9 @@ class _Writer:
         for leaf in range(leaves):
             value = values[leaf]
             if type(value) is np.ndarray:
-                _require(value.dtype == _FLOAT64)
+                _require(value.dtype == _FLOAT64, "an input is not float64")
             else:
-                _require(type(value) in _SCALARS)
+                _require(type(value) in _SCALARS, "an input is not a float64 scalar")
                 self.params.append(f"v{leaf}")
         last_use = {}
         for k, record in enumerate(records):
@@ -157,16 +156,22 @@ class _Writer:
         k = 0
         while k < len(records):
             record = records[k]
-            if k in segments:
-                self._segment(segments[k])
-                k = segments[k].stop
-                continue
-            if type(record) is LinearRecord:
-                self._linear(record)
-            elif kernel_sum_loop(record.func) is not None:
-                self._kernel_sum(k, record)
-            else:
-                self._scalar(record)
+            try:
+                if k in segments:
+                    self._segment(segments[k])
+                    k = segments[k].stop
+                    continue
+                if type(record) is LinearRecord:
+                    self._linear(record)
+                elif kernel_sum_loop(record.func) is not None:
+                    self._kernel_sum(k, record)
+                else:
+                    self._scalar(record)
+            except NotFusable as refused:
+                raise NotFusable(str(refused) or f"{_described(record)} on "
+                                  f"{_operand_kinds(record, values)} is not of a fusable "
+                                  f"kind (kernel sums, chains of kernel maps over one shape, "
+                                  f"float64 scalar arithmetic)") from None
             k += 1
 
     def fusion(self):
@@ -217,7 +222,9 @@ class _Writer:
             else:
                 result.append(f"{self.h[leaf]}, {self.g[leaf]}")
         lines.append(f"    return ({', '.join(result)})")
-        _require(len(lines) <= MAX_STATEMENTS)
+        if len(lines) > MAX_STATEMENTS:
+            raise NotFusable(f"its fused function would be {len(lines)} lines long, "
+                              f"past the bound of {MAX_STATEMENTS}")
         source = "\n".join(lines) + "\n"
         if self.stores:
             source = _GRADIENT_SOURCE + source
@@ -285,7 +292,7 @@ class _Writer:
         try:
             ufunc = OPERATOR_UFUNCS.get(op) if type(op) is not np.ufunc else op
         except TypeError:               # a record's func need not be hashable
-            raise _NotFusable from None
+            raise NotFusable from None
         form = SCALAR_FORMS.get(ufunc)
         _require(form is not None)
         return ufunc, form
@@ -368,7 +375,7 @@ class _Writer:
         try:
             bound = prepared.operands_for(given)
         except Exception:
-            raise _NotFusable from None
+            raise NotFusable from None
         operands, transformed = [], []
         for m, (item, value, operand) in enumerate(zip(inputs, given, bound)):
             if operand is not value:
@@ -540,6 +547,23 @@ class _Writer:
             for j, slot in enumerate(source.dots):
                 self._add_scalar(slot, self._emit(self._fresh("ct"), f"{out}[{j + 1}]"), live)
         self.backward.append(write)
+
+
+
+
+def _described(record):
+    func = getattr(record, "op", None) or record.func
+    name = getattr(func, "__name__", None) or type(func).__name__
+    return f"numpy.{name}" if isinstance(func, np.ufunc) else name
+
+
+def _operand_kinds(record, values):
+    kinds = []
+    for slot in record.parents:
+        value = values[slot]
+        kinds.append(f"{value.dtype}{list(value.shape)}" if type(value) is np.ndarray
+                     else type(value).__name__)
+    return "(" + ", ".join(kinds) + ")"
 
 
 class _Select(ast.NodeTransformer):

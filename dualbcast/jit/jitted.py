@@ -20,10 +20,13 @@ from ..core.tape import (Tape, backward, raise_float_errors, restore_float_error
 from ..core.trace import (SEED_FOR, ArgumentPositions, gradient_like, leaf_gradients,
                           trace_value, tracing_state, value_and_gradient)
 from .compiled import FusedFunctions
-from .program import Entry, GuardFailed, compile_program
+from ..core.api import value_and_grad
+from .entries import Signatures
+from .out import written_into
+from .program import GuardFailed, compile_program
 from .recorder import COPY_LIMIT, ProgramRecorder
-from .signature import Unreplayable, free_variables, signature
-from .staged import StagedPrograms
+from .signature import Unreplayable, signature
+from .staged import StagedPrograms, traceable
 
 
 def jit(fn: Callable) -> Callable:
@@ -111,7 +114,12 @@ def _staged(f):
     @functools.wraps(f)
     def jitted(*args, **kwargs):
         return programs(args, kwargs)
+    return _marked(jitted, programs)
+
+
+def _marked(jitted, programs):
     setattr(jitted, "__dualbcast_jitted__", True)
+    jitted.explain = programs.explain
     return jitted
 
 
@@ -120,6 +128,9 @@ def _jitted(spec):
     positions_for = ArgumentPositions(argnums, f)      # argnums checked now
     single = positions_for.single
     programs = Programs(f)
+    # Calls whose other arguments are inputs too (arrays, floats): the gradient staged
+    # with them, made at the first such call
+    staged = StagedGradients(f, argnums, out, single)
     short = out is None         # the short path of Programs.replay_short
 
     by_count = positions_for.by_count
@@ -130,6 +141,9 @@ def _jitted(spec):
         # (the lookups of positions_for and current_tape inlined: a tenth of a call)
         known = by_count.get(len(args))
         positions, differentiated, ranks = known or positions_for(len(args))
+        if len(positions) < len(args) and any(map(_other_input, args, differentiated)):
+            result = staged(args, kwargs)
+            return result if with_value else result[1]
         if short and not kwargs and getattr(thread, "tape", None) is None:
             replayed = programs.replay_short(args, differentiated, ranks)
             if replayed is not None:
@@ -139,8 +153,51 @@ def _jitted(spec):
         result = programs.call(args, kwargs, positions, differentiated, out, single)
         return result if with_value else result[1]
     setattr(jitted, "__dualbcast_gradient__", spec)
-    setattr(jitted, "__dualbcast_jitted__", True)
-    return jitted
+    return _marked(jitted, _Both(programs, staged))
+
+
+class _Both:
+    """The report of a jitted gradient: its programs', and its staged ones' if any."""
+
+    def __init__(self, programs, staged):
+        self.programs, self.staged = programs, staged
+
+    def explain(self):
+        staged = self.staged.programs
+        if staged is None:
+            return self.programs.explain()
+        if not self.programs.entries and not self.programs.unkeyed:
+            return staged.explain()
+        return self.programs.explain() + "\n" + staged.explain()
+
+
+def _other_input(arg, differentiated):
+    return not differentiated and traceable(arg)
+
+
+class StagedGradients:
+    """The calls of a jitted gradient whose other arguments are inputs too (arrays,
+    floats: data, masks of indices, time steps): the whole ``value_and_grad`` call is
+    staged (:mod:`.staged`), its backward pass recorded as operations, so that those
+    arguments are inputs of the program, as the differentiated ones are, never
+    compared by value.  The gradient is then equal to the eager one to rounding (the
+    backward pass may add cotangents in another order)."""
+
+    def __init__(self, f, argnums, out, single):
+        self.f, self.argnums, self.out, self.single = f, argnums, out, single
+        self.programs = None            # made at the first call
+
+    def __call__(self, args, kwargs):
+        if self.programs is None:
+            self.programs = StagedPrograms(value_and_grad(self.f, self.argnums),
+                                           "value_and_grad with other inputs, staged",
+                                           watched=self.f)
+        if self.out is not None and getattr(tracing_state(), "tape", None) is not None:
+            return value_and_grad(self.f, self.argnums, out=self.out)(*args, **kwargs)
+        value, gradient = self.programs(args, kwargs)
+        if self.out is not None:
+            gradient = written_into(self.out, gradient, self.single, args)
+        return value, gradient
 
 
 def _short_gradients(grads, leaves, structures, single):
@@ -156,37 +213,28 @@ def _short_gradients(grads, leaves, structures, single):
     return results[0] if single else tuple(results)
 
 
-class Programs:
-    """The programs of one jitted function, by signature."""
+class Programs(Signatures):
+    """The programs of one jitted gradient, by signature."""
 
     def __init__(self, f):
-        self.f = f
-        self.free_variables = free_variables(f)
-        self.entries = {}       # signature key -> program.Entry, oldest first
-        self.fused_functions = FusedFunctions(getattr(f, "__qualname__", repr(f)))
+        super().__init__(f, "value_and_grad")
+        self.fused_functions = FusedFunctions(self.name)
 
     def call(self, args, kwargs, positions, differentiated, out, single):
         """One value and gradient: replayed if it can be, else traced (and recorded)."""
-        call = self.lookup(args, kwargs, differentiated)
-        if call is not None and call.program is not None:
-            try:
-                return call.replay(args, positions, out, single)
-            except GuardFailed:
-                pass
-        if call is None:        # an argument no signature can compare: eager
+        entry, arrays = self.entry_for(args, kwargs, differentiated)
+        if entry is None:       # an argument no signature can compare: eager
+            self.ran_eagerly(None, arrays)
             return value_and_gradient(self.f, args, positions, out, single,
                                       trace_value(self.f, kwargs))
-        return call.trace(args, kwargs, positions, out, single)
-
-    def lookup(self, args, kwargs, differentiated):
-        """The :class:`Call` for these arguments (``differentiated``: a bool per
-        argument), or None if they cannot be replayed."""
-        try:
-            key, arrays = signature(args, kwargs, differentiated)
-            entry = Entry.of(self.entries, key)
-        except (Unreplayable, TypeError):       # TypeError: an unhashable dict key
-            return None
-        return Call(self, entry, arrays)
+        call = Call(self, entry, arrays)
+        why = "the first call with this signature" if not entry.traces else entry.why
+        if call.program is not None:
+            try:
+                return call.replay(args, positions, out, single)
+            except GuardFailed as failed:
+                why = str(failed)
+        return call.trace(args, kwargs, positions, out, single, why)
 
     def replay_short(self, args, differentiated, ranks):
         """The common call on a short path: no keyword arguments, a program already
@@ -267,10 +315,13 @@ class Call:
             errors = raise_float_errors()
             try:
                 output, kept = program.run(tape, self.arrays, self.programs.free_variables)
-            except Exception:
-                self.entry.failures += 1
-                self.entry.program = None
-                raise GuardFailed from None
+            except GuardFailed as failed:
+                self.programs.replay_failed(self.entry, str(failed) or "a guard failed")
+                raise
+            except Exception as error:
+                why = f"the replay raised {type(error).__name__} (the trace will meet it)"
+                self.programs.replay_failed(self.entry, why)
+                raise GuardFailed(why) from None
             finally:
                 restore_float_errors(errors)
             self.entry.replays += 1
@@ -282,20 +333,26 @@ class Call:
                                                                         seeds),
                                   rebuild=False)
 
-    def trace(self, args, kwargs, positions, out, single):
+    def trace(self, args, kwargs, positions, out, single, why):
         """The value and gradient, traced; the trace's program kept for replays."""
-        entry, f = self.entry, self.programs.f
-        if entry.wanted and sum(a.nbytes for a in self.arrays) > COPY_LIMIT:
+        entry, programs = self.entry, self.programs
+        f = programs.f
+        size = sum(a.nbytes for a in self.arrays)
+        if entry.wanted and size > COPY_LIMIT:
             # Arguments this large would be copied and compared on every replay (a
             # 400 MB one: 400 MB and ~0.1 s a call): more than replaying saves.
-            entry.replayable = False
+            programs.not_recorded(entry, f"its constant arguments (bool, complex or object "
+                                         f"arrays) hold {size / 2 ** 20:.1f} MiB, compared "
+                                         f"on every call past {COPY_LIMIT // 1024} KiB; pass "
+                                         f"them as float or integer arrays")
         if not entry.wanted:
-            entry.traces += 1
+            programs.ran_eagerly(entry, entry.why if not entry.replayable else
+                                 "control flow on traced values changed on most calls")
             return value_and_gradient(f, args, positions, out, single, trace_value(f, kwargs))
-        recorder = ProgramRecorder()
+        recorder = ProgramRecorder(f)
         # What the program is checked against later, taken before f runs (f may write
         # into an argument): its free variables and the argument arrays' contents.
-        free = self.programs.free_variables()
+        free = programs.free_variables()
         arrays = [np.array(a, copy=True) for a in self.arrays]
         outputs = []
 
@@ -305,10 +362,11 @@ class Call:
 
         def gradients_of(tape, seeds):
             program = compile_program(tape, recorder, outputs[0], arrays, free,
-                                      self.programs.fused_functions)
-            entry.traces += 1
+                                      programs.fused_functions)
+            programs.traced(entry, why)
             entry.program = program
-            entry.replayable = program is not None
+            if program is None:
+                programs.not_recorded(entry, recorder.why or "its records are out of order")
             return backward(tape, seeds)
 
         return value_and_gradient(f, args, positions, out, single, forward, gradients_of,

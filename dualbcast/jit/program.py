@@ -12,13 +12,15 @@ as one Numba function (:mod:`.fusion`), compiled after ``FUSE_AFTER`` short-path
 import operator
 import weakref
 
-from ..compile_log import watching
+import numpy as np
+
+from ..compile_log import logger, watching
 from ..core.box import Box
 from ..core.tape import (LinearRecord, RuleRecord, accumulate, backward, ignore_float_errors,
                          restore_float_errors)
 from ..rules.fast import kernel_prepared
 from .codegen import generate
-from .fusion import plan_fusion
+from .fusion import NotFusable, plan_fusion
 from .recorder import Slot
 from .signature import identical
 
@@ -43,7 +45,7 @@ class Program:
     FUSE_UP_TO = 100
 
     __slots__ = ("steps", "guards", "generated", "runs", "output", "leaves", "slots",
-                 "fusion", "short_runs", "assumptions", "fused_functions")
+                 "fusion", "short_runs", "assumptions", "fused_functions", "not_fused")
 
     def __init__(self, tape, recorder, output, arrays, free, fused_functions):
         """``recorder``: the trace's :class:`.recorder.ProgramRecorder`; ``arrays``:
@@ -58,6 +60,7 @@ class Program:
         self.generated = None       # (forward, backward) once generated
         self.runs = 0
         self.fusion = None          # the program as one Numba function, if it can be
+        self.not_fused = None       # why it is not, once planned
         self.short_runs = 0
         self.assumptions = Assumptions(tape, recorder, arrays, free)
         self.fused_functions = fused_functions
@@ -94,11 +97,15 @@ class Program:
         # the trace kept.
         output = self.output[1] if self.output[0] == "slot" else None
         self.generated = generate(records, self.guards, self.leaves, output)
-        if len(records) <= self.FUSE_UP_TO:
-            try:
-                self.fusion = plan_fusion(records, values, self.leaves, output, self.guards)
-            except Exception:           # not a user's error: the replay does without
-                self.fusion = None
+        if len(records) > self.FUSE_UP_TO:
+            self.not_fused = f"{len(records)} records, past the {self.FUSE_UP_TO} fused"
+            return
+        try:
+            self.fusion = plan_fusion(records, values, self.leaves, output, self.guards)
+        except NotFusable as refused:
+            self.not_fused = str(refused)
+        except Exception as error:      # not a user's error: the replay does without
+            self._fusion_failed("planning", error)
 
     def run_fused(self, values):
         """The fused program's ``(value, cotangents by leaf)``, or None: not compiled
@@ -113,10 +120,14 @@ class Program:
                 return None
             try:
                 fusion.function = self.fused_functions.function_for(fusion)
-            except Exception:           # not a user's error: the replay does without
-                fusion.function = None
+            except Exception as error:  # not a user's error: the replay does without
+                self._fusion_failed("compiling", error)
+                return None
             if fusion.function is None:
                 self.fusion = None
+                self.not_fused = (f"its jitted function has fused "
+                                  f"{self.fused_functions.MAX_FUNCTIONS} other programs (a "
+                                  f"fused function stays in memory until the process ends)")
                 return None
             first = watching(fusion.function, lambda: f"a db.jit program of {self.slots} "
                                                       f"values fused into one Numba function")
@@ -125,8 +136,29 @@ class Program:
                 return fusion(values)
             with first:
                 return fusion(values)
-        except Exception:
+        except Exception as error:
+            self._fusion_failed("running", error)
             return None
+
+    def _fusion_failed(self, stage, error):
+        """A fused program failed where it should not (not a user's error: the replay
+        does without it, the same bits): said on the log, with the error."""
+        self.fusion = None
+        self.not_fused = f"{stage} the fused function raised {type(error).__name__}: {error}"
+        logger.warning(f"db.jit: {self.not_fused}; the program is replayed unfused (please "
+                       f"report it)", exc_info=error)
+
+    def fusion_report(self):
+        """Whether the program runs fused, or why not, for people."""
+        if self.fusion is not None:
+            return ("fused into one Numba function" if self.fusion.function is not None
+                    else "to be fused at its next call")
+        if self.generated is None:
+            if self.runs >= self.GENERATE_AFTER:
+                return (f"replayed interpreted: more than {self.GENERATE_UP_TO} records "
+                        f"(not generated as code, not fused)")
+            return "to be generated as code and planned for fusion at its next replay"
+        return f"not fused: {self.not_fused}"
 
     def gradients(self, tape, residuals, seeds):
         """The backward pass of a run: cotangents by slot."""
@@ -145,40 +177,6 @@ class Program:
             return self.generated[1](values, grads, owned, residuals)
         finally:
             restore_float_errors(errors)
-
-
-class Entry:
-    """One signature's program (None until a trace recorded it, and again after a
-    replay failed) and its counts, for a gradient's programs (:mod:`.jitted`) and a
-    staged function's (:mod:`.staged`) alike."""
-
-    __slots__ = ("program", "traces", "replays", "failures", "replayable")
-
-    MAX_SIGNATURES = 32     # entries a jitted function keeps (the oldest dropped)
-
-    def __init__(self):
-        self.program = None
-        self.traces = 0
-        self.replays = 0
-        self.failures = 0
-        self.replayable = True      # False once a trace did what a replay cannot redo
-
-    @property
-    def wanted(self):
-        # Recorded unless control flow changes on most calls (a branch on a value that
-        # keeps changing): every replay would fail after its checks.
-        return self.replayable and self.failures <= 2 * self.replays + 4
-
-    @classmethod
-    def of(cls, entries, key):
-        """The entry of signature ``key`` in ``entries`` (a dict, oldest first), made
-        if it is new."""
-        entry = entries.get(key)
-        if entry is None:
-            if len(entries) >= cls.MAX_SIGNATURES:
-                del entries[next(iter(entries))]
-            entry = entries[key] = cls()
-        return entry
 
 
 class Assumptions:
@@ -209,17 +207,19 @@ class Assumptions:
         """:class:`GuardFailed` unless all of it is as at the trace."""
         free = read_free_variables()
         if len(free) != len(self.free) or not all(map(operator.is_, free, self.free)):
-            raise GuardFailed           # f names another object than at the trace
+            raise GuardFailed("f names another object than at the trace (a global, a "
+                              "closure variable or a default argument rebound)")
         for given, kept in zip(arrays, self.arrays):
             if not identical(given, kept):
-                raise GuardFailed
+                raise GuardFailed("a constant argument (a bool or complex array) holds "
+                                  "other values")
         for ref, kept in self.watched:
             original = ref()
             if original is not None and not identical(original, kept):
-                raise GuardFailed       # a global array changed in place since the trace
+                raise GuardFailed("a constant array the program uses changed in place")
         for dependencies in self.kernels:
             if not dependencies.unchanged():
-                raise GuardFailed       # a name a kernel reads changed: compiled afresh
+                raise GuardFailed("a name a kernel reads changed (it is compiled afresh)")
 
 
 def program_guards(recorder):
@@ -323,8 +323,14 @@ def _guard(func, args, kwargs, expected):
         bound = [_bind(arg, values) for arg in args]
         result = func(*bound, **{k: _bind(v, values) for k, v in kwargs.items()})
         if not identical(result, expected):
-            raise GuardFailed
+            raise GuardFailed(f"control flow on traced values ({_name(func)}) had another "
+                              f"outcome than at the trace")
     return check
+
+
+def _name(func):
+    name = getattr(func, "__name__", None) or type(func).__name__
+    return f"numpy.{name}" if isinstance(func, np.ufunc) else name
 
 
 def _bind(arg, values):

@@ -28,15 +28,21 @@ COPY_LIMIT = 1 << 18
 class ProgramRecorder(Recorder):
     """``guards``: ``(record count, func, args, kwargs, expected result)``, traced
     arguments as :class:`Slot`; ``copies``: ``(original, copy)`` of each constant
-    array the records keep; ``replayable``: False once the program did what a replay
-    cannot check."""
+    array the records keep; ``why``: None while the program can be replayed, else
+    what it did that a replay cannot check.  ``f``: the traced function (its free
+    variables name a large constant in ``why``)."""
 
-    __slots__ = ("guards", "copies", "replayable")
+    __slots__ = ("guards", "copies", "why", "f")
 
-    def __init__(self):
+    def __init__(self, f=None):
         self.guards = []
         self.copies = []
-        self.replayable = True
+        self.why = None
+        self.f = f
+
+    @property
+    def replayable(self):
+        return self.why is None
 
     def guard(self, tape, func, args, kwargs, result):
         # Boxes are kept as their slots (a tape must not hold its own boxes, or it
@@ -60,19 +66,45 @@ class ProgramRecorder(Recorder):
         # other values each time, which no copy can check: the program is not replayed.
         if type(original) not in _PLAIN and not isinstance(original, np.generic) \
                 and _array_like(original):
-            self.replayable = False
+            self._refuse(f"a constant {type(original).__name__} that NumPy converts "
+                         f"(it may give other values each time)")
             return kept
         if kept is original and _mutable(original):
             if _nbytes(original) > COPY_LIMIT:
-                self.replayable = False
+                self._refuse(f"{_named(original, self.f)} ({_nbytes(original) / 2 ** 20:.1f} "
+                             f"MiB) is a constant, compared on every call past "
+                             f"{COPY_LIMIT // 1024} KiB: pass it as an argument (arguments "
+                             f"are inputs, never compared)")
                 return kept
             kept = _copied(original)
         if kept is not original:
             self.copies.append((original, kept))
         return kept
 
-    def opaque(self, tape):
-        self.replayable = False
+    def opaque(self, tape, why):
+        self._refuse(why)
+
+    def _refuse(self, why):
+        if self.why is None:
+            self.why = why
+
+
+def _named(constant, f):
+    """``constant`` named as ``f``'s code names it (a global or a closure variable),
+    if it does."""
+    code = getattr(getattr(f, "__func__", f), "__code__", None)
+    if code is not None:
+        found = getattr(f, "__globals__", {}).get
+        for name in code.co_names:
+            if found(name) is constant:
+                return f"the global array {name!r}"
+        for name, cell in zip(code.co_freevars, getattr(f, "__closure__", None) or ()):
+            try:
+                if cell.cell_contents is constant:
+                    return f"the closure variable {name!r}"
+            except ValueError:
+                pass
+    return f"a closed-over array of shape {np.shape(constant)}"
 
 
 _PLAIN = frozenset({np.ndarray, float, int, bool, complex, str, type(None), list, tuple})

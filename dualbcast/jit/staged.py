@@ -18,37 +18,37 @@ from ..core.pytree import flatten, unflatten
 from ..core.tape import raise_float_errors, restore_float_errors
 from ..core.trace import start_tracing, stop_tracing, trace_arguments, tracing_state
 from .codegen import generate_forward
-from .program import Assumptions, Entry, GuardFailed, Program, _steps, program_guards
+from .entries import Signatures
+from .program import Assumptions, GuardFailed, Program, _steps, program_guards
 from .recorder import COPY_LIMIT, ProgramRecorder
-from .signature import Unreplayable, free_variables, signature
 
 _FLOAT_SCALARS = (float, np.float64, np.float32, np.float16)
 
 
 def traceable(arg):
     """Whether a staged program takes ``arg`` as an input (keyed by its shape and
-    dtype) rather than a constant (keyed by its value): a float array or scalar, or a
-    non-empty tuple, list or dict of them."""
-    if _float_leaf(arg):
+    dtype) rather than a constant (keyed by its value): a float array or scalar, an
+    integer array (an index: gathers and scatters take it at run time), or a non-empty
+    tuple, list or dict of them.  Bool arrays stay constants: a mask decides the shape
+    of what it selects."""
+    if _input_leaf(arg):
         return True
     if not isinstance(arg, (tuple, list, dict)):
         return False
     leaves = flatten(arg)[0]
-    return bool(leaves) and all(map(_float_leaf, leaves))
+    return bool(leaves) and all(map(_input_leaf, leaves))
 
 
-def _float_leaf(leaf):
+def _input_leaf(leaf):
     kind = type(leaf)
-    return kind in _FLOAT_SCALARS or kind is np.ndarray and leaf.dtype.kind == "f"
+    return kind in _FLOAT_SCALARS or kind is np.ndarray and leaf.dtype.kind in "fiu"
 
 
-class StagedPrograms:
+class StagedPrograms(Signatures):
     """The staged programs of one jitted function, by signature."""
 
-    def __init__(self, f):
-        self.f = f
-        self.free_variables = free_variables(f)
-        self.entries = {}       # signature key -> program.Entry, oldest first
+    def __init__(self, f, kind="staged", watched=None):
+        super().__init__(f, kind, watched)
 
     def __call__(self, args, kwargs):
         f = self.f
@@ -58,37 +58,51 @@ class StagedPrograms:
             return f(*args, **kwargs)
         inputs = tuple(map(traceable, args))
         trees = []
-        try:
-            key, arrays = signature(args, kwargs, inputs, trees)
-            entry = Entry.of(self.entries, key)
-        except (Unreplayable, TypeError):       # TypeError: an unhashable dict key
+        entry, arrays = self.entry_for(args, kwargs, inputs, trees)
+        if entry is None:
+            self.ran_eagerly(None, arrays)
             return f(*args, **kwargs)
         program = entry.program
+        why = "the first call with this signature"
         if program is not None:
             values = [leaf for leaves, _ in trees for leaf in leaves]
             errors = raise_float_errors()
             try:
                 program.check(arrays, self.free_variables)
                 output = program.run(values)
-            except Exception:       # a guard failed, or an error the trace did not meet
-                entry.failures += 1
-                entry.program = None
+            except GuardFailed as failed:
+                why = str(failed) or "a guard failed"
+                self.replay_failed(entry, why)
+            except Exception as error:      # an error the trace did not meet
+                why = f"the replay raised {type(error).__name__} (the trace will meet it)"
+                self.replay_failed(entry, why)
             else:
                 entry.replays += 1
                 return output
             finally:
                 restore_float_errors(errors)
-        if not entry.wanted or sum(a.nbytes for a in arrays) > COPY_LIMIT:
-            # (arguments this large would be copied and compared on every call)
-            entry.replayable = False
+        elif entry.traces:
+            why = entry.why
+        if not entry.wanted:
+            self.ran_eagerly(entry, entry.why if not entry.replayable else
+                             "control flow on traced values changed on most calls")
             return f(*args, **kwargs)
-        return self._trace(entry, args, kwargs, inputs, arrays)
+        size = sum(a.nbytes for a in arrays)
+        if size > COPY_LIMIT:
+            # (arguments this large would be copied and compared on every call)
+            self.not_recorded(entry, f"its constant arguments (bool, complex or object "
+                                     f"arrays) hold {size / 2 ** 20:.1f} MiB, compared on "
+                                     f"every call past {COPY_LIMIT // 1024} KiB; pass "
+                                     f"them as float or integer arrays")
+            self.ran_eagerly(entry, entry.why)
+            return f(*args, **kwargs)
+        return self._trace(entry, args, kwargs, inputs, arrays, why)
 
-    def _trace(self, entry, args, kwargs, inputs, arrays):
+    def _trace(self, entry, args, kwargs, inputs, arrays, why):
         """``f(*args, **kwargs)``, traced on a staging tape; its program kept for the
         calls that follow."""
         f = self.f
-        recorder = ProgramRecorder()
+        recorder = ProgramRecorder(self.watched)
         # What the program is checked against later, taken before f runs (f may write
         # into an argument): its free variables and the argument arrays' contents.
         free = self.free_variables()
@@ -98,23 +112,23 @@ class StagedPrograms:
             traced_args = trace_arguments(tape, args, [i for i, x in enumerate(inputs) if x])[0]
             try:
                 out = f(*traced_args, **kwargs)
-            except Exception:
-                failed = True
+            except Exception as error:
+                failed = f"{type(error).__name__}: {error}"
             else:
-                failed = False
+                failed = None
         finally:
             stop_tracing(tape)
-        entry.traces += 1
-        if failed:
+        self.traced(entry, why)
+        if failed is not None:
             # An operation that cannot be staged (a NumPy function with no rule called
             # on an input), or f's own error: f runs as it is, and raises if it does.
-            output = f(*args, **kwargs)
-            entry.replayable = False        # it ran, where the trace could not
-            return output
+            self.not_recorded(entry, f"the trace raised {failed}")
+            return f(*args, **kwargs)
         leaves, tree = flatten(out)
         outputs = [_output(leaf, tape, f) for leaf in leaves]
         entry.program = StagedProgram.of(tape, recorder, tree, outputs, kept, free)
-        entry.replayable = entry.program is not None
+        if entry.program is None:
+            self.not_recorded(entry, recorder.why or "its records are out of order")
         return unflatten(tree, [leaf.value if type(leaf) is Box else leaf for leaf in leaves])
 
 
@@ -141,7 +155,8 @@ def _output(leaf, tape, f):
 class StagedProgram:
     """A staged trace, ready to run on new values of the same signature."""
 
-    __slots__ = ("records", "guards", "forward", "leaves", "tree", "outputs", "assumptions")
+    __slots__ = ("records", "guards", "forward", "leaves", "tree", "outputs", "assumptions",
+                 "shapes")
 
     @classmethod
     def of(cls, tape, recorder, tree, outputs, arrays, free):
@@ -161,6 +176,13 @@ class StagedProgram:
         self.leaves = len(tape.values) - len(tape.records)
         self.tree, self.outputs = tree, outputs
         self.assumptions = Assumptions(tape, recorder, arrays, free)
+        # The arrays computed from integer values (an index input, a count): their
+        # shapes may follow those values (np.repeat by counts), where f's Python code
+        # took the trace's shapes as given; checked after each run.
+        values = tape.values
+        self.shapes = [(record.out, values[record.out].shape) for record in tape.records
+                       if type(values[record.out]) is np.ndarray
+                       and any(_integral(values[slot]) for slot in _operands(record))]
 
     def check(self, arrays, read_free_variables):
         self.assumptions.check(arrays, read_free_variables)
@@ -178,9 +200,17 @@ class StagedProgram:
                 forward = self.forward = generate_forward(self.records, self.guards)
             self.records = None             # (their values of the trace: not kept)
         forward(values)
+        for slot, shape in self.shapes:
+            if np.shape(values[slot]) != shape:
+                raise GuardFailed("an array computed from an integer input has another "
+                                  "shape than at the trace")
         return unflatten(self.tree, [_as_traced(values[output[1]], output[2])
                                      if output[0] == "slot" else _fresh(output[1])
                                      for output in self.outputs])
+
+    def fusion_report(self):
+        return ("replayed as generated Python code (a staged program is not fused)"
+                if self.forward is not None else "generated as Python code at its next call")
 
     def _interpreted(self):
         """``forward(values)`` as a loop over the records (a program too long to be
@@ -192,6 +222,17 @@ class StagedProgram:
             for step in steps:
                 step(None, values, records)
         return forward
+
+
+def _operands(record):
+    return record.parents + tuple(slot for _, slot in getattr(record, "others", ()))
+
+
+def _integral(value):
+    kind = type(value)
+    if kind is np.ndarray:
+        return value.dtype.kind in "iub"
+    return kind is int or kind is bool or isinstance(value, (np.integer, np.bool_))
 
 
 def _as_traced(value, kind):

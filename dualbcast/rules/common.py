@@ -1,10 +1,11 @@
 """Helpers shared by the rules: shapes of tape values, ``unbroadcast``, the NaN-safe
 product, and the checks every NumPy-function rule makes on its keywords."""
 import math
+import operator
 
 import numpy as np
 
-from ..core.box import SCALARS, Box, apply
+from ..core.box import SCALARS, Box, apply, call_function
 from ..foreign import is_dask_array
 from ..core.registry import BACKWARD_OPERATIONS, defjvp, deflinear, defrule
 from ..core.scatter import scatter_add
@@ -219,6 +220,15 @@ def dense_cotangent(sparse, primal):
                  (sparse.values, sparse.index, sparse.repeats, shape, dtype))
 
 
+def gather(a, index):
+    """``a[index]``, through the indexing rule when the index is traced (an integer
+    input of a ``dualbcast.jit`` program) and ``a`` is not: NumPy would convert it."""
+    parts = index if type(index) is tuple else (index,)
+    if type(a) is not Box and any(type(part) is Box for part in parts):
+        return call_function(operator.getitem, (a, index), {})
+    return a[index]
+
+
 def _scattered(values, index, repeats, shape, dtype):
     if type(values) is Box:         # traced by an enclosing trace too: recorded there
         return apply(_scattered, _SCATTERED_VJPS, (values, index, repeats, shape, dtype))
@@ -230,7 +240,8 @@ def _scattered(values, index, repeats, shape, dtype):
     return buffer
 
 
-_SCATTERED_VJPS = (lambda g, ans, values, index, *_: unbroadcast(g[index], shape_of(values)),
+_SCATTERED_VJPS = (lambda g, ans, values, index, *_: unbroadcast(gather(g, index),
+                                                                 shape_of(values)),
                    None, None, None, None)
 deflinear(_scattered)
 BACKWARD_OPERATIONS.product = nan_safe

@@ -135,8 +135,7 @@ def _cast(value, dtype):
 def _getitem(a, index):
     parts = index if type(index) is tuple else (index,)
     if any(type(p) is Box for p in parts):
-        raise TypeError("indexing with a traced value: indices are integers or booleans, "
-                        "which are never differentiated; use db.stop_gradient(i) or an int")
+        return _traced_index(a, index, parts)
     if is_dask_array(unbox(a)) and not _is_basic(parts):
         raise NotImplementedError("dualbcast: indexing a traced Dask array with index arrays "
                                   "or None has no lazy gradient rule (integers, slices and "
@@ -145,6 +144,28 @@ def _getitem(a, index):
         tape = a.tape if type(a) is Box else None
         index = tuple(keep(tape, part) for part in index)
     return apply(operator.getitem, (_getitem_vjp, None), (a, index))
+
+
+def _traced_index(a, index, parts):
+    """``a[index]`` with an index traced by a ``dualbcast.jit`` trace (an integer
+    array argument is an input of the program): recorded with the index as an operand
+    no gradient flows through, so that a replay gathers with the index it is given."""
+    if any(type(p) is Box and p.dtype.kind not in "iub" for p in parts):
+        raise TypeError("indexing with a traced float value: indices are integers or "
+                        "booleans, which are never differentiated; use db.stop_gradient(i) "
+                        "or an int")
+    if type(index) is not tuple:
+        return apply(operator.getitem, (_getitem_vjp, None), (a, index))
+    return apply(_getitem_by_parts, (_getitem_by_parts_vjp,) + (None,) * len(parts),
+                 (a, *parts))
+
+
+def _getitem_by_parts(a, *parts):
+    return a[parts]
+
+
+def _getitem_by_parts_vjp(g, ans, a, *parts):
+    return _getitem_vjp(g, ans, a, parts)
 
 
 def _getitem_vjp(g, ans, a, index):
@@ -276,7 +297,8 @@ def _clip_rule(a, a_min=None, a_max=None, out=None, *, min=None, max=None, **kwa
 
 # Forward mode: each of these is linear in its traced arguments (np.where in x and y).
 deflinear(np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.expand_dims,
-          np.squeeze, np.broadcast_to, np.flip, _cast, operator.getitem, np.where)
+          np.squeeze, np.broadcast_to, np.flip, _cast, operator.getitem, np.where,
+          _getitem_by_parts)
 
 
 # Results that depend on traced values but not differentiably (indices, masks, rounding,
