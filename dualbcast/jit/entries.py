@@ -27,7 +27,7 @@ class Entry:
     replay failed) and what happened to its calls."""
 
     __slots__ = ("program", "traces", "replays", "failures", "replayable", "eager", "why",
-                 "described")
+                 "described", "notes", "__weakref__")
 
     MAX_SIGNATURES = 32     # entries a jitted function keeps (the oldest dropped)
 
@@ -40,6 +40,7 @@ class Entry:
         self.replayable = True      # False once a trace did what a replay cannot redo
         self.why = None             # why its last call was not replayed, if it was not
         self.described = described  # the signature, for people
+        self.notes = ()             # what its program's replays cost that f could avoid
 
     @property
     def wanted(self):
@@ -98,10 +99,15 @@ class Signatures:
             entry.why = why
         self._warn_if_useless(why)
 
-    def traced(self, entry, why):
-        """A call traced ``f`` and recorded its program (``why``: what made it trace)."""
+    def traced(self, entry, why, recorder):
+        """A call traced ``f`` and recorded its program (``why``: what made it trace;
+        ``recorder``: the trace's, with its notes)."""
         entry.traces += 1
         logger.debug(f"db.jit of {self.name}: traced for ({entry.described}): {why}")
+        if recorder.notes and tuple(recorder.notes) != entry.notes:
+            for note in recorder.notes:
+                logger.info(f"db.jit of {self.name}, ({entry.described}): {note}")
+        entry.notes = tuple(recorder.notes)
         if entry.traces > 1:
             entry.why = why
             self._warn_if_useless(why)
@@ -149,6 +155,7 @@ class Signatures:
                          f"{_counted(entry.failures, 'failed replay')}")
             if entry.program is not None:
                 lines.append(f"    {entry.program.fusion_report()}")
+            lines += [f"    note: {note}" for note in entry.notes]
             if entry.why is not None:
                 state = "replays" if entry.program is not None else (
                     "runs eagerly" if not entry.wanted else "traces on its next call")

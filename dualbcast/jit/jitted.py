@@ -31,58 +31,70 @@ from .staged import StagedPrograms, traceable
 
 def jit(fn: Callable) -> Callable:
     """Record the program of ``fn`` and replay it: the result is called as ``fn`` is,
-    and gives what ``fn`` gives.
+    and gives what ``fn`` gives.  The contract is ``jax.jit``'s: ``fn`` computes from
+    its arguments.
 
-    ``fn`` made by :func:`dualbcast.grad` or :func:`dualbcast.value_and_grad` (with any
-    ``argnums`` and ``out=``): the first call with a given signature — the
-    differentiated arguments' structure, shapes, dtypes and strides, the other
-    arguments' values — traces ``f`` and records its operations; later calls replay
-    them on the new values without running ``f``'s Python code.  The program takes its
-    final form early: the second call writes it out as Python code, and the third
-    compiles a program of kernel sums and scalar arithmetic into one Numba function
-    (about a second, once: it is cached on disk beside the kernels' loops).  That
-    function takes the program's sizes and constants as arguments: a program traced
-    for another shape, or another value of a non-differentiated float, runs the one
-    already compiled.  Numba keeps what it compiles until the process ends, so a
-    jitted function fuses at most 8 different programs (a loop whose length is an
-    argument makes one per length); it replays the others as generated Python code,
-    the same bits, and says so once on the ``"dualbcast"`` logger.
+    **Arguments are inputs.**  Float and integer arrays and floats, alone or in tuples,
+    lists and dicts, differentiated or not, are the program's inputs, keyed by their
+    structure, shapes, dtypes and strides, never by value: a call with new values
+    replays, without tracing or compiling again.  Ints, bools, strings and other
+    hashable values are static (keyed by value: they decide shapes and branches); a
+    bool array is a constant, compared by value on every call (a mask decides the
+    shape of what it selects).  Inside ``fn`` an input is a traced value (as under
+    ``jax.jit``: ``isinstance(c, float)`` is False there).  The first call with a
+    signature traces ``fn`` and records its operations; later calls run the records.
+
+    ``fn`` made by :func:`dualbcast.grad` or :func:`dualbcast.value_and_grad` (any
+    ``argnums``, ``out=``) whose only inputs are its differentiated arguments: the
+    trace's records are replayed on the new values, the bits tracing gives.  The
+    second call writes them out as Python code, and the third compiles a program of
+    kernel sums and scalar arithmetic into one Numba function (about a second, once:
+    it is cached on disk beside the kernels' loops), which takes the program's sizes
+    and constants as arguments, so that a program traced for another shape runs the
+    one already compiled.  Numba keeps what it compiles until the process ends, so a
+    jitted function fuses at most 8 different programs; it replays the others as
+    generated Python code, the same bits, and says so once on the ``"dualbcast"``
+    logger.  With other inputs besides (data, index arrays, a temperature), the whole
+    gradient is staged, as below: equal to the eager one to rounding.
 
     Any other function (one that calls :func:`dualbcast.jvp`, ``grad``, ``hessian``,
-    ``jacobian`` inside — a Hessian-vector product — or no derivative at all): its
-    float arguments (arrays and scalars, alone or in tuples, lists and dicts) are its
-    inputs, keyed by shape and dtype; every other argument by its value.  The first call
-    with a signature traces it once, recording every operation on its inputs, those of
-    the derivatives computed inside too (their tangents and backward passes; a
-    kernel's second-order loop as one call); later calls run the records as generated
-    Python code.  Values, jvps and Hessian-vector products come out bit for bit as the
-    eager call's; a gradient computed inside runs its backward pass as recorded
-    operations, which may add cotangents in another order than the eager pass: equal
-    to rounding.  Called inside a trace (``db.grad(db.jit(f))``), ``f`` runs as it is;
-    an operation that cannot be recorded (a NumPy function with no gradient rule on
-    an input) makes the signature eager.
+    ``jacobian`` inside -- a Hessian-vector product -- or no derivative at all), and a
+    gradient with other inputs: traced once per signature on a staging trace,
+    recording every operation on its inputs, those of the derivatives computed inside
+    too (their tangents and backward passes; a kernel's loop as one call); later calls
+    run the records as generated Python code.  Values, jvps and Hessian-vector
+    products come out bit for bit as the eager call's; a gradient computed inside
+    runs its backward pass as recorded operations, which may add cotangents in another
+    order than the eager pass: equal to rounding.  Called inside a trace
+    (``db.grad(db.jit(f))``), ``f`` runs as it is.
 
-    The contract is ``jax.jit``'s: ``f`` computes from its arguments.  What a replay
-    checks, it checks on every call, and traces again when anything differs:
+    What a replay checks, it checks on every call, and traces again when anything
+    differs:
 
     - control flow on traced values (``if x > 0``, ``bool(x)``, masks, ``np.argmax``,
-      integer casts): the outcome must be the trace's;
+      integer casts, the length of ``np.repeat(x, counts)``): the outcome must be the
+      trace's;
     - the globals, closure variables and default arguments ``f``'s own code names
       must be the same objects (``lambda x: loss(x, data[i])`` with ``i`` rebound
       traces again; for a ``functools.partial``, those of the function it wraps and
-      its bound arguments);
+      its bound arguments), and the arrays among them must hold what they held (a
+      closed-over array above 256 KiB makes the program eager: pass it as an
+      argument);
     - a kernel called on traced values must read what it read (its globals, closure
       variables, module attributes, helpers: see ``FastBroadcast.current_generation``);
-    - argument arrays not differentiated, and every constant array or list an
-      operation or a kernel used, must hold what they held (they are copied and
-      compared: a call whose non-differentiated argument arrays, or any one such
-      constant, hold more than 256 KiB is run eagerly instead, never recorded);
     - an error or a floating-point warning met by a replay (an underflow too, unless
       NumPy's settings ignore it) means tracing again (``f`` may catch it, or warn
       as NumPy's settings say); a program that caught an error, printed a traced
-      value or called ``stop_gradient`` (in a gradient function) is traced on every
-      call; so is a call with an argument a signature cannot compare (an object
-      with state, a bound method).
+      value or called ``stop_gradient`` (in a gradient function) runs eagerly; so do
+      a call with an argument a signature cannot hold (an object with state, a bound
+      method) and a program with an operation that cannot be recorded (a NumPy
+      function with no gradient rule on an input).
+
+    It says what it did: each trace, failed replay, fallback and refusal to fuse is
+    logged on the ``"dualbcast"`` logger with its reason; ``jitted.explain()`` reports
+    per signature the traces, replays, eager calls, whether the program is fused and
+    why a call was not replayed; a jitted function that ran eagerly on all of its
+    first 10 calls warns once (``UserWarning``).
 
     What it cannot see, and replays regardless: an attribute or container entry
     changed (``cfg.scale``, ``params["w"]``), a name rebound inside a helper ``f``
@@ -91,9 +103,9 @@ def jit(fn: Callable) -> Callable:
     only).  Pass such values as arguments, or leave the function eager.
 
     >>> import numpy as np, dualbcast as db
-    >>> step = db.jit(db.value_and_grad(lambda x: np.sum(x ** 2)))
-    >>> [step(np.array([1.0, 2.0]))[1] for _ in range(3)][-1]
-    array([2., 4.])
+    >>> step = db.jit(db.value_and_grad(lambda x, data: np.sum(x ** 2 * data)))
+    >>> [step(np.array([1.0, 2.0]), np.array([d, 1.0]))[1] for d in (1.0, 2.0, 3.0)][-1]
+    array([6., 4.])
     >>> hvp = db.jit(lambda x, v: db.jvp(db.grad(lambda x: np.sum(x ** 3)), (x,), (v,))[1])
     >>> [hvp(np.array([1.0, 2.0]), np.array([1.0, 0.0])) for _ in range(3)][-1]
     array([6., 0.])
@@ -363,7 +375,7 @@ class Call:
         def gradients_of(tape, seeds):
             program = compile_program(tape, recorder, outputs[0], arrays, free,
                                       programs.fused_functions)
-            programs.traced(entry, why)
+            programs.traced(entry, why, recorder)
             entry.program = program
             if program is None:
                 programs.not_recorded(entry, recorder.why or "its records are out of order")

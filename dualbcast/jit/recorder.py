@@ -29,16 +29,18 @@ class ProgramRecorder(Recorder):
     """``guards``: ``(record count, func, args, kwargs, expected result)``, traced
     arguments as :class:`Slot`; ``copies``: ``(original, copy)`` of each constant
     array the records keep; ``why``: None while the program can be replayed, else
-    what it did that a replay cannot check.  ``f``: the traced function (its free
+    what it did that a replay cannot check; ``notes``: what costs a replay time that
+    the user may avoid.  ``f``: the traced function (its free
     variables name a large constant in ``why``)."""
 
-    __slots__ = ("guards", "copies", "why", "f")
+    __slots__ = ("guards", "copies", "why", "f", "notes")
 
     def __init__(self, f=None):
         self.guards = []
         self.copies = []
         self.why = None
         self.f = f
+        self.notes = []             # what a user may want to change (a large constant)
 
     @property
     def replayable(self):
@@ -69,14 +71,21 @@ class ProgramRecorder(Recorder):
             self._refuse(f"a constant {type(original).__name__} that NumPy converts "
                          f"(it may give other values each time)")
             return kept
+        large = _nbytes(original) > COPY_LIMIT
         if kept is original and _mutable(original):
-            if _nbytes(original) > COPY_LIMIT:
+            if large:
                 self._refuse(f"{_named(original, self.f)} ({_nbytes(original) / 2 ** 20:.1f} "
-                             f"MiB) is a constant, compared on every call past "
-                             f"{COPY_LIMIT // 1024} KiB: pass it as an argument (arguments "
-                             f"are inputs, never compared)")
+                             f"MiB) is a constant, not copied past {COPY_LIMIT // 1024} KiB "
+                             f"to be compared on every call: pass it as an argument "
+                             f"(arguments are inputs, never compared)")
                 return kept
             kept = _copied(original)
+        elif large and kept is not original:
+            # (copied by the record anyway, for the backward pass: compared on every
+            # replay, ~50 µs per MiB)
+            self.notes.append(f"{_named(original, self.f)} ({_nbytes(original) / 2 ** 20:.1f} "
+                              f"MiB) is a constant, compared on every replay: pass it as an "
+                              f"argument (arguments are inputs, never compared)")
         if kept is not original:
             self.copies.append((original, kept))
         return kept

@@ -118,7 +118,7 @@ class StagedPrograms(Signatures):
                 failed = None
         finally:
             stop_tracing(tape)
-        self.traced(entry, why)
+        self.traced(entry, why, recorder)
         if failed is not None:
             # An operation that cannot be staged (a NumPy function with no rule called
             # on an input), or f's own error: f runs as it is, and raises if it does.
