@@ -497,3 +497,22 @@ def test_a_scaled_function_at_every_special_point_kernel_and_numpy_rule(name):
     for got, expected in zip(by_kernel, by_rule):
         np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
         np.testing.assert_allclose(got, expected, rtol=4e-16, atol=0)
+
+
+@db.fast_broadcast
+def _root_or_sine(x, a):
+    if x > a:
+        return math.sqrt(x - a)
+    return a * math.sin(x)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_an_infinite_cotangent_meeting_a_zero_partial_gives_zero(dtype):
+    # d sqrt(x)/dx at x = inf is 0, and d(v**2)/dv there is inf: the path contributes
+    # 0 (NaN-safe), in float32 too (whose product was once written into the partials'
+    # buffer before the zero factors were looked for: nan).
+    x = np.array([0.0, 4.0, np.inf], dtype)
+    with np.errstate(all="ignore"):
+        _, gradient = db.value_and_grad(lambda x: np.sum(_root_or_sine(x, 0.0) ** 2))(x)
+    assert gradient.dtype == dtype
+    np.testing.assert_array_equal(gradient, np.array([0.0, 1.0, 0.0], dtype))

@@ -385,3 +385,47 @@ def test_constants_of_no_array_library_are_not_taken_for_lazy_arrays():
         db.grad(lambda x: np.sum(np.concatenate([x, [1.0, 2.0]]) ** 2))(x), [6.0, 8.0])
     np.testing.assert_array_equal(
         db.grad(lambda x: x[0] * np.sum(np.reshape([1.0, 2.0], (2, 1)) * x))(x), [30.0, 9.0])
+
+
+# ---------------------------------------------------------------- fast paths, NumPy's bits
+
+SPECIALS = [0.0, -0.0, np.nan, np.inf, -np.inf, 1e300, -1e300, 1e-310, 5e-324, 1.0, -1.0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(0, 40), lead=st.sampled_from([(), (3,)]), width=st.integers(1, 7),
+       dtype=st.sampled_from([np.float64, np.float32]), seed=st.integers(0, 2 ** 16),
+       keepdims=st.booleans())
+def test_a_sum_over_a_short_last_axis_gives_numpys_bits(rows, lead, width, dtype, seed,
+                                                        keepdims):
+    # (dualbcast.rules.reductions: column by column, as NumPy adds a short row)
+    rng = np.random.default_rng(seed)
+    shape = lead + (rows, width)
+    a = (rng.normal(size=shape) * 10.0 ** rng.integers(-12, 12, shape)).astype(dtype)
+    special = rng.random(shape) < 0.25
+    a[special] = rng.choice(np.array(SPECIALS, dtype), int(special.sum()))
+    with np.errstate(all="ignore"):
+        want = np.add.reduce(a, axis=-1, keepdims=keepdims)
+        value, tangent = db.jvp(lambda a: np.sum(a, axis=-1, keepdims=keepdims), (a,),
+                                (np.ones_like(a),))
+        traced = db.value_and_grad(lambda a: np.sum(np.sum(a, axis=a.ndim - 1) * 1.5))(a)
+    assert value.dtype == want.dtype and value.shape == want.shape
+    assert value.tobytes() == want.tobytes()
+    assert traced[1].shape == a.shape and np.all(traced[1] == np.float32(1.5))
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 6), shape=st.sampled_from([(4,), (5, 2), (3, 2, 2)]),
+       seed=st.integers(0, 2 ** 16), kind=st.sampled_from(["int64", "int32", "uint8"]))
+def test_a_gather_by_an_integer_array_is_numpys_indexing(n, shape, seed, kind):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n,) + shape[1:])
+    index = rng.integers(0 if kind == "uint8" else -n, n, shape).astype(kind)
+    value, gradient = db.value_and_grad(lambda x: np.sum(np.sin(x[index])))(x)
+    assert value == np.sum(np.sin(x[index]))
+    expected = np.zeros_like(x)
+    np.add.at(expected, index, np.cos(x[index]))
+    np.testing.assert_array_equal(gradient, expected)
+    out_of_range = index.astype(np.int64) + n
+    with pytest.raises(IndexError):
+        db.grad(lambda x: np.sum(x[out_of_range]))(x)

@@ -56,7 +56,10 @@ def nan_safe(g, local, out=None):
         if product is not None:
             return product
     # The general case: one extra pass only to *detect* a nan (a sum), the fix-up pass
-    # only when there is one.
+    # only when there is one.  (Not into a factor's buffer: the fix-up reads the
+    # factors, and would find the product there.)
+    if out is not None and (np.may_share_memory(out, local) or np.may_share_memory(out, g)):
+        out = None
     product = np.multiply(g, local, out=out)
     if type(product) is np.ndarray:
         if not np.isnan(np.add.reduce(product, axis=None)):

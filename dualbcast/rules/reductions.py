@@ -163,10 +163,35 @@ def _cumprod_jvp(tangents, ans, x, axis=None, dtype=None):
 
 def _summed(a, axis=None, keepdims=False, dtype=None):
     """``np.sum(a, ...)``: on an array, the ``np.add.reduce`` call np.sum itself makes
-    (the same result, without its wrapper's ~2 µs)."""
+    (the same result, without its wrapper's ~2 µs), or, over a short last axis, the
+    same additions column by column (:func:`_sum_of_short_rows`)."""
     if type(a) is np.ndarray:
+        if type(axis) is int and a.ndim > 1 and axis in (-1, a.ndim - 1) and dtype is None \
+                and a.shape[-1] <= SHORT_ROWS and a.dtype in _FLOATS and a.flags.c_contiguous:
+            total = _sum_of_short_rows(a)
+            return total[..., None] if keepdims else total
         return np.add.reduce(a, axis, dtype, None, keepdims=keepdims)
     return np.sum(a, axis=axis, dtype=dtype, keepdims=keepdims)
+
+
+# NumPy sums a row of up to 7 elements in order, from 0.0: ((0.0 + a0) + a1) + ...
+# (pairwise summation starts at 8); its reduction loop does it row by row, ~10 ns a
+# row, where adding the columns of a C-contiguous array takes ~1 ns a row (12440 x 3:
+# 143 µs against 12 µs).  The same additions in the same order: the same bits,
+# -0.0 and NaN included (tests/test_rules_more.py).
+SHORT_ROWS = 7
+_FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
+
+
+def _sum_of_short_rows(a):
+    """``np.add.reduce(a, axis=-1)`` for a C-contiguous float array whose rows have at
+    most :data:`SHORT_ROWS` elements."""
+    if a.shape[-1] == 0:
+        return np.zeros(a.shape[:-1], a.dtype)
+    total = a[..., 0] + a.dtype.type(0.0)       # (-0.0 + 0.0 is 0.0, as NumPy starts)
+    for k in range(1, a.shape[-1]):
+        total += a[..., k]
+    return total
 
 
 def is_whole_sum(func, vjps, kwargs):
