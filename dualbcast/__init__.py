@@ -4,6 +4,9 @@ from .config import config
 from .core import grad, hessian, jacobian, jvp, stop_gradient, value_and_grad, vjp
 from .jit import jit
 from .kernel import FastBroadcast, FrozenDependencyChanged, KernelCompileError, fast_broadcast
+from .memory import tune_malloc as _tune_malloc
+
+_tune_malloc()      # freed temporaries kept for the next call (dualbcast/memory.py)
 
 __all__ = ["FastBroadcast", "FrozenDependencyChanged", "KernelCompileError", "config",
            "fast_broadcast", "grad", "hessian", "jacobian", "jit", "jvp", "stop_gradient", "value_and_grad", "vjp"]

@@ -391,3 +391,22 @@ def test_declared_rules_do_not_transpose(monkeypatch):
     x, v = RNG.standard_normal(5), RNG.standard_normal(5)
     db.jvp(lambda x: eam(x, np) + np.sum(pair(x, 2.0) * np.sin(x)), (x,), (v,))
     db.jvp(db.grad(lambda x: eam(x, np) + pair.sum(x, 2.0)), (x,), (v,))
+
+
+def test_a_jvp_leaves_no_reference_cycle():
+    # A forward-mode tape and its records once referred to each other: every jvp's
+    # values waited for the garbage collector (the next call's temporaries on fresh
+    # pages meanwhile).
+    import gc
+    x, v = np.linspace(0.1, 1.0, 50), np.ones(50)
+    hvp = lambda x, v: db.jvp(db.grad(lambda x: np.sum(np.sin(x) * x[::-1])), (x,), (v,))
+    hvp(x, v)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(3):
+            db.jvp(lambda x: np.sum(np.exp(x)), (x,), (v,))
+            hvp(x, v)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

@@ -52,17 +52,22 @@ class TangentSweep:
     """What a forward-mode tape has for ``records``: ``append(record)`` computes the
     tangent of the record's output (when a parent has one) and keeps nothing."""
 
-    __slots__ = ("tape",)
+    # The tape's tangents and values, not the tape: a tape holding its records and
+    # records holding the tape would be a reference cycle, and every jvp's values (a
+    # Hessian-vector product's arrays) would wait for the garbage collector -- fresh
+    # pages for each call's temporaries meanwhile (a 256 x 256 HVP: 2.2 ms a call, one
+    # call in three 10-60 ms).
+    __slots__ = ("tangents", "values")
 
     def __init__(self, tape):
-        self.tape = tape
+        self.tangents, self.values = tape.tangents, tape.values
 
     def append(self, record):
-        tangents = self.tape.tangents
+        tangents = self.tangents
         parent_tangents = [tangents.get(slot) for slot in record.parents]
         if not any(t is not None for t in parent_tangents):
             return
-        tangent = tangent_of(record, parent_tangents, self.tape.values[record.out])
+        tangent = tangent_of(record, parent_tangents, self.values[record.out])
         if tangent is not None:
             tangents[record.out] = tangent
 
