@@ -673,7 +673,8 @@ class Fusion:
         else:
             functions, cache = module.__dict__, True
         # (a module loaded before, by a program of the same source, has them compiled)
-        helpers = [(name, False) for name in ("_scaled", "_first_gradient", "_add_gradient")]
+        helpers = [(name, False) for name in ("_scale_all", "_add_all", "_scaled",
+                                              "_first_gradient", "_add_gradient")]
         if any(parallel for _, parallel in self.helpers):
             launch_threads()
         for name, parallel in helpers + self.helpers:

@@ -308,15 +308,16 @@ class SegmentSource:
             elif step.kind == _SQUARE:
                 square = [f"e{step.out}[i] = {args[0]} * {args[0]}"]
                 if step.out in self.checked:
-                    square.append(f"check += e{step.out}[i] * 0.0")
+                    # (a bool or-ed up: a float sum made each iteration wait)
+                    square.append(f"check = check | (e{step.out}[i] - e{step.out}[i] != 0.0)")
                 body += loop(square)
             else:
                 body += loop([f"T{term}[b + i] = {args[0]}"])
                 term += 1
         params = ", ".join(["c", "size"] + arrays + scalars + terms)
-        lines += [f"def _s{n}_values({params}):"] + head + ["    check = 0.0"]
+        lines += [f"def _s{n}_values({params}):"] + head + ["    check = False"]
         lines += [f"    e{slot} = _empty(BLOCK)" for slot in made] + blocks + body
-        lines += ["    return check", ""]
+        lines += ["    return _NAN if check else 0.0", ""]
 
         # --- the gradients, one chunk: the values again, with each kernel's partials
         # (its dual-number call, as its partials loop makes it), then the backward
