@@ -86,12 +86,19 @@ def machine_load(name, ready_timeout=120.0):
             process.wait()
 
 
+# CI's quick run (DUALBCAST_BENCH_QUICK=1, set by .ci/run): every benchmark once, to
+# see that it runs, in a fraction of the time; the numbers are not the ones to read.
+QUICK = os.environ.get("DUALBCAST_BENCH_QUICK") == "1"
+
+
 def medians_in_turns(*calls, seconds=3.0, rounds=7, batch=0.02):
     """Each call's median time per call, the calls timed in turns: in each round, each
     call runs for ~``batch`` seconds and every one of its times is kept; at least
     ``rounds`` rounds and ``seconds`` in all.  The order turns round by round: what
     one call leaves behind (another library's threads spinning for a while after its
-    work) then slows each of the others alike."""
+    work) then slows each of the others alike.  (:data:`QUICK`: 0.3 s, 2 rounds.)"""
+    if QUICK:
+        seconds, rounds = min(seconds, 0.3), min(rounds, 2)
     times = [[] for _ in calls]
     end = time.perf_counter() + seconds
     done = 0
