@@ -10,11 +10,13 @@ Hessian-vector product took 11 ms a call where its arithmetic takes 2.2 ms (meas
 here; importing JAX made the EAM chain fault ~3900 pages a call, 8 ms against 3 ms).
 
 So, on import, with glibc, dualbcast sets ``M_MMAP_THRESHOLD`` to 32 MiB and
-``M_TRIM_THRESHOLD`` to 256 MiB (``mallopt``, as the environment variables
+``M_TRIM_THRESHOLD`` to 64 MiB (``mallopt``, as the environment variables
 ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` would): blocks up to 32 MiB
-come from the heap and return to it, and up to 256 MiB of freed memory stays with the
+come from the heap and return to it, and up to 64 MiB of freed memory stays with the
 process for its next allocations.  The cost: the process's resident size keeps that
-much more after a peak.  Not done when the user set either environment variable (they
+much more after a peak, and the heap's holes between blocks of many sizes (a loop over
+8 MB arrays of a new length each call: ~140-200 MB resident against ~100 MB, flat;
+with a 256 MiB trim threshold ~280 MB).  Not done when the user set either environment variable (they
 decided), nor with ``DUALBCAST_MALLOC_TUNING=0``.
 """
 import ctypes
@@ -25,7 +27,7 @@ import platform
 from .compile_log import logger
 
 MMAP_THRESHOLD = 32 << 20       # glibc's maximum for the dynamic threshold (64-bit)
-TRIM_THRESHOLD = 256 << 20
+TRIM_THRESHOLD = 64 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3       # (malloc.h)
 
 tuned = False                   # whether this process's allocator was tuned here
