@@ -16,11 +16,12 @@ come from the heap and return to it, and up to 64 MiB of freed memory stays with
 process for its next allocations.  The cost: the process's resident size keeps that
 much more after a peak, and the heap's holes between blocks of many sizes (a loop over
 8 MB arrays of a new length each call: ~140-200 MB resident against ~100 MB, flat;
-with a 256 MiB trim threshold ~280 MB).  Not done when the user set either environment variable (they
+with a 256 MiB trim threshold ~280 MB).  The thresholds are glibc's, for every arena
+(a threaded host may keep that much in each thread's arena); ``GLIBC_TUNABLES``'
+malloc settings are overridden too, unless ``DUALBCAST_MALLOC_TUNING=0``.  Not done when the user set either environment variable (they
 decided), nor with ``DUALBCAST_MALLOC_TUNING=0``.
 """
 import ctypes
-import ctypes.util
 import os
 import platform
 
@@ -44,7 +45,7 @@ def tune_malloc():
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL("libc.so.6")     # (find_library would run ldconfig)
         done = (libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
                 and libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1)
     except (OSError, AttributeError):

@@ -346,3 +346,50 @@ def test_a_soak_over_thousands_of_values_and_hundreds_of_shapes_holds_memory_fla
     rss = report["rss"]
     # past the warm-up (each shape's first trace), flat: no memory per call
     assert rss[-1] - rss[count // 3] < 8, (rss[count // 3], rss[-1])
+
+
+def test_an_integer_array_the_trace_cannot_take_becomes_a_constant(caplog):
+    # An index into a plain array (NumPy converts the traced index) or np.take's rule:
+    # the function's integer arrays are then constants, compared on every call, and
+    # its calls replay as before integer arrays were inputs.
+    caplog.set_level(logging.INFO, logger="dualbcast")
+    table = np.linspace(1.0, 2.0, 10)
+
+    def f(x, i):
+        return np.sum(x * table[i]) + np.sum(np.take(x, i))
+
+    jitted = db.jit(db.value_and_grad(f))
+    eager = db.value_and_grad(f)
+    x = RNG.normal(size=4)
+    for i in ([0, 1, 2, 3], [0, 1, 2, 3], [3, 2, 1, 0], [3, 2, 1, 0], [3, 2, 1, 0]):
+        i = np.array(i)
+        got, want = jitted(x, i), eager(x, i)
+        assert got[0] == want[0]
+        np.testing.assert_array_equal(got[1], want[1])
+    text = jitted.explain()
+    assert "(float64[4], constant int64[4]):\n    2 traces, 2 replays, 0 eager calls" in text
+    assert any("integer arrays are constants" in r.getMessage() for r in caplog.records)
+
+
+def test_a_call_whose_trace_raises_does_not_stop_later_replays():
+    f = lambda X, j: np.sum(X[j] ** 2)
+    jitted = db.jit(db.value_and_grad(f))
+    X = RNG.normal(size=(5, 3))
+    good, bad = np.array([0, 4]), np.array([9, 0])
+    jitted(X, good)
+    with pytest.raises(IndexError):
+        jitted(X, bad)                      # (the caller catches it)
+    for _ in range(3):
+        np.testing.assert_allclose(jitted(X, good)[1], db.grad(f)(X, good), rtol=1e-14)
+    assert staged_entries(jitted)[0].replays >= 2
+
+
+def test_a_gather_keeps_numpys_layout_and_so_its_sums():
+    # (np.take copies rows in C order; a[index] keeps a transposed array's order
+    # within the rows, and np.sum follows it)
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        b = rng.standard_normal((40, 16, 3)).transpose(0, 2, 1)
+        index = rng.integers(0, 40, 30)
+        f = lambda b: np.sum(b[index])
+        assert db.value_and_grad(f)(b)[0] == f(b)

@@ -120,6 +120,16 @@ class Signatures:
         logger.info(f"db.jit of {self.name}: not recorded for ({entry.described}): {why}; "
                     f"its calls run eagerly")
 
+    def trace_failed(self, entry, why):
+        """A trace met ``f``'s own error (which other values may not meet): counted as
+        a failed call, traced again on the next (while the signature's calls do not
+        fail mostly: :attr:`Entry.wanted`)."""
+        entry.failures += 1
+        entry.program = None
+        entry.why = why
+        logger.debug(f"db.jit of {self.name}: the trace for ({entry.described}) raised, "
+                     f"{why}; the call ran eagerly")
+
     def replay_failed(self, entry, why):
         entry.failures += 1
         entry.program = None

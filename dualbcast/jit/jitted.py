@@ -57,6 +57,10 @@ def jit(fn: Callable) -> Callable:
     logger.  With other inputs besides (data, index arrays, a temperature), the whole
     gradient is staged, as below: equal to the eager one to rounding.
 
+    An integer array an operation cannot take as an input (an index into a plain
+    array, ``np.take``'s rule) makes integer arrays constants of that function,
+    compared on every call.
+
     Any other function (one that calls :func:`dualbcast.jvp`, ``grad``, ``hessian``,
     ``jacobian`` inside -- a Hessian-vector product -- or no derivative at all), and a
     gradient with other inputs: traced once per signature on a staging trace,
@@ -78,8 +82,9 @@ def jit(fn: Callable) -> Callable:
       must be the same objects (``lambda x: loss(x, data[i])`` with ``i`` rebound
       traces again; for a ``functools.partial``, those of the function it wraps and
       its bound arguments), and the arrays among them must hold what they held (a
-      closed-over array above 256 KiB makes the program eager: pass it as an
-      argument);
+      closed-over array above 256 KiB is compared on every replay, or makes the
+      program eager where no record copied it; ``explain()`` names it: pass it as
+      an argument);
     - a kernel called on traced values must read what it read (its globals, closure
       variables, module attributes, helpers: see ``FastBroadcast.current_generation``);
     - an error or a floating-point warning met by a replay (an underflow too, unless
@@ -153,7 +158,7 @@ def _jitted(spec):
         # (the lookups of positions_for and current_tape inlined: a tenth of a call)
         known = by_count.get(len(args))
         positions, differentiated, ranks = known or positions_for(len(args))
-        if len(positions) < len(args) and any(map(_other_input, args, differentiated)):
+        if len(positions) < len(args) and any(map(staged.other_input, args, differentiated)):
             result = staged(args, kwargs)
             return result if with_value else result[1]
         if short and not kwargs and getattr(thread, "tape", None) is None:
@@ -183,9 +188,6 @@ class _Both:
         return self.programs.explain() + "\n" + staged.explain()
 
 
-def _other_input(arg, differentiated):
-    return not differentiated and traceable(arg)
-
 
 class StagedGradients:
     """The calls of a jitted gradient whose other arguments are inputs too (arrays,
@@ -198,6 +200,14 @@ class StagedGradients:
     def __init__(self, f, argnums, out, single):
         self.f, self.argnums, self.out, self.single = f, argnums, out, single
         self.programs = None            # made at the first call
+
+    def other_input(self, arg, differentiated):
+        """Whether ``arg``, an argument not differentiated, is an input."""
+        if differentiated:
+            return False
+        if self.programs is None:
+            return traceable(arg)
+        return self.programs.takes_as_input(arg)
 
     def __call__(self, args, kwargs):
         if self.programs is None:

@@ -211,7 +211,7 @@ class Assumptions:
                               "closure variable or a default argument rebound)")
         for given, kept in zip(arrays, self.arrays):
             if not identical(given, kept):
-                raise GuardFailed("a constant argument (a bool or complex array) holds "
+                raise GuardFailed("a constant argument (an array compared by value) holds "
                                   "other values")
         for ref, kept in self.watched:
             original = ref()

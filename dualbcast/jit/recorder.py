@@ -80,9 +80,9 @@ class ProgramRecorder(Recorder):
                              f"(arguments are inputs, never compared)")
                 return kept
             kept = _copied(original)
-        elif large and kept is not original:
+        elif large and kept is not original and not any(o is original for o, _ in self.copies):
             # (copied by the record anyway, for the backward pass: compared on every
-            # replay, ~50 µs per MiB)
+            # replay, ~50 µs per MiB; said once per array)
             self.notes.append(f"{_named(original, self.f)} ({_nbytes(original) / 2 ** 20:.1f} "
                               f"MiB) is a constant, compared on every replay: pass it as an "
                               f"argument (arguments are inputs, never compared)")

@@ -13,6 +13,7 @@ the records as generated Python code, under the replay's floating-point settings
 """
 import numpy as np
 
+from ..compile_log import logger
 from ..core.box import Box
 from ..core.pytree import flatten, unflatten
 from ..core.tape import raise_float_errors, restore_float_errors
@@ -49,6 +50,15 @@ class StagedPrograms(Signatures):
 
     def __init__(self, f, kind="staged", watched=None):
         super().__init__(f, kind, watched)
+        # Whether integer arrays are inputs: until a trace fails on one (an index
+        # into a plain array, np.take's rule): then constants, compared on every call,
+        # as every other non-float argument.
+        self.index_inputs = True
+
+    def takes_as_input(self, arg):
+        if self.index_inputs:
+            return traceable(arg)
+        return traceable(arg) and not _has_integers(arg)
 
     def __call__(self, args, kwargs):
         f = self.f
@@ -56,7 +66,7 @@ class StagedPrograms(Signatures):
             # Inside a trace (jit(f) differentiated, or called by a traced function):
             # f runs as it is, its operations recorded by that trace.
             return f(*args, **kwargs)
-        inputs = tuple(map(traceable, args))
+        inputs = tuple(map(self.takes_as_input, args))
         trees = []
         entry, arrays = self.entry_for(args, kwargs, inputs, trees)
         if entry is None:
@@ -114,15 +124,33 @@ class StagedPrograms(Signatures):
                 out = f(*traced_args, **kwargs)
             except Exception as error:
                 failed = f"{type(error).__name__}: {error}"
+                # (what tracing cannot do raises these; other errors are f's own)
+                limit = isinstance(error, (TypeError, NotImplementedError))
             else:
                 failed = None
         finally:
             stop_tracing(tape)
         self.traced(entry, why, recorder)
         if failed is not None:
-            # An operation that cannot be staged (a NumPy function with no rule called
-            # on an input), or f's own error: f runs as it is, and raises if it does.
-            self.not_recorded(entry, f"the trace raised {failed}")
+            if limit and self.index_inputs and any(map(_has_integers, (a for a, x in
+                                                                       zip(args, inputs) if x))):
+                # (an integer array as an input is what the trace could not take:
+                # integer arrays are constants of this function from now on)
+                self.index_inputs = False
+                entry.replayable, entry.why = False, "integer arrays became constants"
+                logger.info(f"db.jit of {self.name}: integer arrays are constants of its "
+                            f"programs (compared on every call), not inputs: the trace "
+                            f"raised {failed}")
+                return self(args, kwargs)
+            if limit:
+                # An operation that cannot be staged (a NumPy function with no rule
+                # called on an input): f runs as it is.
+                self.not_recorded(entry, f"the trace raised {failed}")
+            else:
+                # f's own error, which other values may not meet (an index out of
+                # range): f runs as it is, and raises if it does; a later call traces
+                # again (while the signature's calls do not fail mostly).
+                self.trace_failed(entry, f"the trace raised {failed}")
             return f(*args, **kwargs)
         leaves, tree = flatten(out)
         outputs = [_output(leaf, tape, f) for leaf in leaves]
@@ -222,6 +250,11 @@ class StagedProgram:
             for step in steps:
                 step(None, values, records)
         return forward
+
+
+def _has_integers(arg):
+    return any(type(leaf) is np.ndarray and leaf.dtype.kind in "iu"
+               for leaf in (flatten(arg)[0] if isinstance(arg, (tuple, list, dict)) else (arg,)))
 
 
 def _operands(record):
