@@ -255,19 +255,25 @@ def gradient_targets(out, inputs, single, args=()):
         if is_dask_array(primal):
             raise ValueError("value_and_grad: out= takes NumPy arrays; the gradient of a "
                              "Dask array is a lazy Dask array (no out leaf for it: None)")
-        if type(target) is not np.ndarray or type(primal) is not np.ndarray \
-                or target.shape != primal.shape or target.dtype != primal.dtype \
-                or not target.flags.writeable:
-            raise ValueError(f"value_and_grad: each out leaf must be a writeable array of "
-                             f"its argument's shape and dtype ({np.shape(primal)}, "
-                             f"{np.result_type(primal)}), or None; got a "
-                             f"{type(target).__name__} of shape {np.shape(target)} and dtype "
-                             f"{getattr(target, 'dtype', None)}")
+        refuse_unfit_out(target, primal)
         if np.may_share_memory(target, primal):
             raise ValueError("value_and_grad: an out array overlaps the argument it is the "
                              "gradient of")
     refuse_overlapping_out("value_and_grad", leaves, argument_arrays(args))
     return list(zip(boxes, leaves))
+
+
+def refuse_unfit_out(target, like):
+    """``ValueError`` unless ``target``, an out leaf, is a writeable NumPy array of the
+    shape and dtype of ``like`` (its argument, or the gradient it is to hold)."""
+    if type(target) is not np.ndarray or type(like) is not np.ndarray \
+            or target.shape != like.shape or target.dtype != like.dtype \
+            or not target.flags.writeable:
+        raise ValueError(f"value_and_grad: each out leaf must be a writeable array of "
+                         f"its argument's shape and dtype ({np.shape(like)}, "
+                         f"{np.result_type(like)}), or None; got a "
+                         f"{type(target).__name__} of shape {np.shape(target)} and dtype "
+                         f"{getattr(target, 'dtype', None)}")
 
 
 def argument_arrays(args):

@@ -1,11 +1,10 @@
 """``value_and_grad(f, out=...)`` for a gradient computed without it (a staged replay,
 whose backward pass computes on traced values that no array can hold): the gradient
 written into the caller's arrays afterwards, checked as the eager call checks them."""
-import numpy as np
 
 from ..buffers import refuse_overlapping_out
 from ..core.pytree import describe, flatten, flatten_like, unflatten
-from ..core.trace import argument_arrays
+from ..core.trace import argument_arrays, refuse_unfit_out
 
 
 def written_into(out, gradient, single, args):
@@ -20,16 +19,8 @@ def written_into(out, gradient, single, args):
         raise ValueError(f"value_and_grad: out must have the gradient's structure "
                          f"{expected} (an array or None per leaf)") from None
     for leaf, target in zip(leaves, targets):
-        if target is None:
-            continue
-        if type(target) is not np.ndarray or type(leaf) is not np.ndarray \
-                or target.shape != leaf.shape or target.dtype != leaf.dtype \
-                or not target.flags.writeable:
-            raise ValueError(f"value_and_grad: each out leaf must be a writeable array of "
-                             f"its argument's shape and dtype ({np.shape(leaf)}, "
-                             f"{np.result_type(leaf)}), or None; got a "
-                             f"{type(target).__name__} of shape {np.shape(target)} and dtype "
-                             f"{getattr(target, 'dtype', None)}")
+        if target is not None:
+            refuse_unfit_out(target, leaf)
     refuse_overlapping_out("value_and_grad", targets, argument_arrays(args))
     written = []
     for leaf, target in zip(leaves, targets):
