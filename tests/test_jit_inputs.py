@@ -290,24 +290,13 @@ def test_evicted_programs_are_released():
 # ---------------------------------------------------------------- the soak
 
 _SOAK = textwrap.dedent("""
-    import json, logging, math, sys
+    import json, sys
     import numpy as np
     import dualbcast as db
+    sys.path.insert(0, {tests!r})
+    from soak import collected, rss_mb
 
-    def rss_mb():
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-
-    compiles = []
-
-    class Compiles(logging.Handler):
-        def emit(self, record):
-            if "compiled in" in record.getMessage() or "cache in" in record.getMessage():
-                compiles.append(record.getMessage())
-    logging.getLogger("dualbcast").addHandler(Compiles())
-    logging.getLogger("dualbcast").setLevel(logging.INFO)
+    compiles = collected("compiled in", "cache in")
 
     @db.fast_broadcast
     def well(r, depth):
@@ -336,7 +325,7 @@ _SOAK = textwrap.dedent("""
 
 def test_a_soak_over_thousands_of_values_and_hundreds_of_shapes_holds_memory_flat():
     count, shapes = 3000, 100
-    script = _SOAK.format(count=count, shapes=shapes)
+    script = _SOAK.format(count=count, shapes=shapes, tests=os.path.dirname(__file__))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=600, cwd=os.path.dirname(__file__))
     assert done.returncode == 0, done.stderr

@@ -180,26 +180,14 @@ def test_the_process_wide_cache_keeps_the_most_recently_used(monkeypatch):
 
 # The soaks run in a process of their own: its RSS is theirs alone.
 _SOAK = textwrap.dedent("""
-    import json, logging, sys
+    import json, sys
     import numpy as np
     import dualbcast as db
     sys.path.insert(0, {tests!r})
     from replays import programs_of
+    from soak import collected, rss_mb
 
-    def rss_mb():
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-
-    compiles = []
-
-    class Compiles(logging.Handler):
-        def emit(self, record):
-            if "fused into one Numba function" in record.getMessage():
-                compiles.append(record.getMessage())
-    logging.getLogger("dualbcast").addHandler(Compiles())
-    logging.getLogger("dualbcast").setLevel(logging.INFO)
+    compiles = collected("fused into one Numba function")
 
     from test_jit_memory import energy     # (its kernel's loops cached on disk)
 
