@@ -178,49 +178,49 @@ def _dualbcast(name, args, jitted):
     return lambda: value_and_grad(*args)
 
 
-def _jax(name, args):
-    jax = _peer("jax")
-    jnp = jax.numpy
-
-    def morse_j(r2):
-        e = jnp.exp(-1.5 * (jnp.sqrt(r2) - 1.1))
-        return e * e - 2.0 * e
-
-    def potential_j(X, i, j, ti, tj, tk, strength):
+def _written_for(xp):
+    """The programs in ``xp`` (``jax.numpy`` or ``torch``: both take NumPy's names and
+    ``axis=``), the kernels written out as array expressions."""
+    def potential(X, i, j, ti, tj, tk, strength):
         d = X[j] - X[i]
-        pair = 0.5 * jnp.sum(morse_j(jnp.sum(d * d, axis=1)))
+        e = xp.exp(-1.5 * (xp.sqrt(xp.sum(d * d, axis=1)) - 1.1))
+        pair = 0.5 * xp.sum(e * e - 2.0 * e)
         a, b = X[tj] - X[ti], X[tk] - X[ti]
-        c = jnp.sum(a * b, axis=1) / jnp.sqrt(jnp.sum(a * a, axis=1) * jnp.sum(b * b, axis=1))
-        return pair + jnp.sum(strength * (c + 1.0 / 3.0) ** 2)
+        c = xp.sum(a * b, axis=1) / xp.sqrt(xp.sum(a * a, axis=1) * xp.sum(b * b, axis=1))
+        return pair + xp.sum(strength * (c + 1.0 / 3.0) ** 2)
 
-    def regression_j(w, X, y, alpha, ridge):
+    def regression(w, X, y, alpha, ridge):
         eta = X @ w
         r = 1.0 / alpha
-        return jnp.sum((y + r) * jnp.log(r + jnp.exp(eta)) - y * eta) + 0.5 * ridge * jnp.sum(w * w)
+        return xp.sum((y + r) * xp.log(r + xp.exp(eta)) - y * eta) \
+            + 0.5 * ridge * xp.sum(w * w)
 
-    def phase_field_j(u, kappa, chi):
+    def phase_field(u, kappa, chi):
         gx, gy = u[1:, :] - u[:-1, :], u[:, 1:] - u[:, :-1]
-        mix = u * jnp.log(u) + (1.0 - u) * jnp.log(1.0 - u) + chi * u * (1.0 - u)
-        return jnp.sum(mix) + 0.5 * kappa * (jnp.sum(gx * gx) + jnp.sum(gy * gy))
+        mix = u * xp.log(u) + (1.0 - u) * xp.log(1.0 - u) + chi * u * (1.0 - u)
+        return xp.sum(mix) + 0.5 * kappa * (xp.sum(gx * gx) + xp.sum(gy * gy))
 
-    def mlp_j(params, X, y):
-        act = lambda h: h / (1.0 + jnp.exp(-params["beta"] * h))
+    def mlp(params, X, y):
+        act = lambda h: h / (1.0 + xp.exp(-params["beta"] * h))
         h = act(X @ params["W1"] + params["b1"])
         h = act(h @ params["W2"] + params["b2"])
-        return jnp.mean(((h @ params["W3"] + params["b3"])[:, 0] - y) ** 2)
+        return xp.mean(((h @ params["W3"] + params["b3"])[:, 0] - y) ** 2)
 
-    def lj_j(X, i, j):
+    def lj(X, i, j):
         d = X[i] - X[j]
-        r = jnp.sqrt(jnp.sum(d * d, axis=1))
-        return jnp.sum(4 * (r ** -12 - r ** -6))
+        r = xp.sqrt(xp.sum(d * d, axis=1))
+        return xp.sum(4 * (r ** -12 - r ** -6))
 
-    functions = {"potential": potential_j, "regression": regression_j, "mlp": mlp_j,
-                 "phase_field": phase_field_j, "phase_field_hvp": phase_field_j,
-                 "lj_all_pairs": lj_j}
-    f = functions[name]
-    jargs = jax.tree_util.tree_map(jnp.asarray, args)
+    return {"potential": potential, "regression": regression, "phase_field": phase_field,
+            "phase_field_hvp": phase_field, "mlp": mlp, "lj_all_pairs": lj}
+
+
+def _jax(name, args):
+    jax = _peer("jax")
+    f = _written_for(jax.numpy)[name]
+    jargs = jax.tree_util.tree_map(jax.numpy.asarray, args)
     if name == "phase_field_hvp":
-        v = jnp.asarray(np.random.default_rng(6).normal(size=args[0].shape))
+        v = jax.numpy.asarray(np.random.default_rng(6).normal(size=args[0].shape))
         hvp = jax.jit(lambda u, v, kappa, chi: jax.jvp(
             jax.grad(lambda u: f(u, kappa, chi)), (u,), (v,))[1])
         return lambda: jax.block_until_ready(hvp(jargs[0], v, *jargs[1:]))
@@ -232,43 +232,7 @@ def _torch(name, args):
     torch = _peer("torch")
     if name == "phase_field_hvp":
         raise NotImplementedError("the HVP is compared with JAX")
-
-    def morse_t(r2):
-        e = torch.exp(-1.5 * (torch.sqrt(r2) - 1.1))
-        return e * e - 2.0 * e
-
-    def potential_t(X, i, j, ti, tj, tk, strength):
-        d = X[j] - X[i]
-        pair = 0.5 * torch.sum(morse_t(torch.sum(d * d, dim=1)))
-        a, b = X[tj] - X[ti], X[tk] - X[ti]
-        c = torch.sum(a * b, dim=1) / torch.sqrt(torch.sum(a * a, dim=1) * torch.sum(b * b, dim=1))
-        return pair + torch.sum(strength * (c + 1.0 / 3.0) ** 2)
-
-    def regression_t(w, X, y, alpha, ridge):
-        eta = X @ w
-        r = 1.0 / alpha
-        return torch.sum((y + r) * torch.log(r + torch.exp(eta)) - y * eta) \
-            + 0.5 * ridge * torch.sum(w * w)
-
-    def phase_field_t(u, kappa, chi):
-        gx, gy = u[1:, :] - u[:-1, :], u[:, 1:] - u[:, :-1]
-        mix = u * torch.log(u) + (1.0 - u) * torch.log(1.0 - u) + chi * u * (1.0 - u)
-        return torch.sum(mix) + 0.5 * kappa * (torch.sum(gx * gx) + torch.sum(gy * gy))
-
-    def mlp_t(params, X, y):
-        act = lambda h: h / (1.0 + torch.exp(-params["beta"] * h))
-        h = act(X @ params["W1"] + params["b1"])
-        h = act(h @ params["W2"] + params["b2"])
-        return torch.mean(((h @ params["W3"] + params["b3"])[:, 0] - y) ** 2)
-
-    def lj_t(X, i, j):
-        d = X[i] - X[j]
-        r = torch.sqrt(torch.sum(d * d, dim=1))
-        return torch.sum(4 * (r ** -12 - r ** -6))
-
-    functions = {"potential": potential_t, "regression": regression_t, "mlp": mlp_t,
-                 "phase_field": phase_field_t, "lj_all_pairs": lj_t}
-    f = functions[name]
+    f = _written_for(torch)[name]
     as_tensor = lambda a: torch.as_tensor(a) if isinstance(a, np.ndarray) else a
     first, rest = args[0], [as_tensor(a) for a in args[1:]]
 
