@@ -26,7 +26,7 @@ from .out import written_into
 from .program import GuardFailed, compile_program
 from .recorder import COPY_LIMIT, ProgramRecorder
 from .signature import Unreplayable, signature
-from .staged import StagedPrograms, traceable
+from .staged import StagedPrograms
 
 
 def jit(fn: Callable) -> Callable:
@@ -146,7 +146,7 @@ def _jitted(spec):
     single = positions_for.single
     programs = Programs(f)
     # Calls whose other arguments are inputs too (arrays, floats): the gradient staged
-    # with them, made at the first such call
+    # with them
     staged = StagedGradients(f, argnums, out, single)
     short = out is None         # the short path of Programs.replay_short
 
@@ -181,12 +181,11 @@ class _Both:
 
     def explain(self):
         staged = self.staged.programs
-        if staged is None:
+        if not staged.entries and not staged.unkeyed:
             return self.programs.explain()
         if not self.programs.entries and not self.programs.unkeyed:
             return staged.explain()
         return self.programs.explain() + "\n" + staged.explain()
-
 
 
 class StagedGradients:
@@ -199,21 +198,14 @@ class StagedGradients:
 
     def __init__(self, f, argnums, out, single):
         self.f, self.argnums, self.out, self.single = f, argnums, out, single
-        self.programs = None            # made at the first call
+        self.programs = StagedPrograms(value_and_grad(f, argnums),
+                                       "value_and_grad with other inputs, staged", watched=f)
 
     def other_input(self, arg, differentiated):
         """Whether ``arg``, an argument not differentiated, is an input."""
-        if differentiated:
-            return False
-        if self.programs is None:
-            return traceable(arg)
-        return self.programs.takes_as_input(arg)
+        return not differentiated and self.programs.takes_as_input(arg)
 
     def __call__(self, args, kwargs):
-        if self.programs is None:
-            self.programs = StagedPrograms(value_and_grad(self.f, self.argnums),
-                                           "value_and_grad with other inputs, staged",
-                                           watched=self.f)
         if self.out is not None and getattr(tracing_state(), "tape", None) is not None:
             return value_and_grad(self.f, self.argnums, out=self.out)(*args, **kwargs)
         value, gradient = self.programs(args, kwargs)
