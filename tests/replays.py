@@ -2,6 +2,8 @@
 (recorded, generated, fused)."""
 from dualbcast.jit import jitted
 
+jitted_module = jitted
+
 
 def programs_of(vg):
     """The :class:`~dualbcast.jit.jitted.Programs` of ``vg = db.jit(...)``."""
@@ -21,3 +23,17 @@ def staged_counts(jitted):
     """``(traces, replays)`` over every signature of a staged ``jitted``."""
     entries = staged_programs_of(jitted).entries.values()
     return sum(e.traces for e in entries), sum(e.replays for e in entries)
+
+
+def staged_plans(jitted):
+    """The plans (:class:`~dualbcast.jit.staged_plan.Plan`) of the staged programs of
+    ``jitted = db.jit(f)``: ``f`` not a gradient, or a gradient with other inputs."""
+    from dualbcast.jit.staged import StagedPrograms
+    for cell in jitted.__closure__:
+        found = cell.cell_contents
+        if type(found) is jitted_module.StagedGradients:
+            found = found.programs
+        if type(found) is StagedPrograms:
+            return [entry.program.plan for entry in found.entries.values()
+                    if entry.program is not None and entry.program.plan is not None]
+    raise LookupError("no staged programs")

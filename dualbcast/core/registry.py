@@ -36,9 +36,11 @@ BACKWARD_OPERATIONS = BackwardOperations()
 
 class ScalarForm(NamedTuple):
     """A scalar rule written as expressions over ``{x}`` and ``{y}`` (the operands),
-    ``{g}`` (the output's cotangent) and ``pow`` (the C library's), for code that
-    compiles a program (``dualbcast.jit``'s fusion).  They must be the IEEE operations,
-    in the same order, that the rule's Python functions perform on float64 scalars.
+    ``{g}`` (the output's cotangent), ``pow`` (the C library's) and ``math``, for code
+    that compiles a program (``dualbcast.jit``'s fusion and elementwise loops).  They
+    must be the IEEE operations, in the same order, that the rule's Python functions
+    perform on float64 scalars (``value``: and NumPy's loop on float64 arrays), so that
+    compiled code gives the replay's bits.
 
     ``value``: the output; then either ``partials``, the local partial per input that
     the rule's ``partials`` form (None: no form), or ``cotangents``, the cotangent per

@@ -18,7 +18,8 @@ vjps are names bound in the functions' namespace.
 """
 import numpy as np
 
-from ..core.tape import LinearRecord, RuleRecord, SparseCotangent, accumulate
+from ..core.tape import (LinearRecord, RuleRecord, SparseCotangent, accumulate,
+                         underflow_ignored)
 
 
 def generate(records, guards, leaves, output):
@@ -67,6 +68,56 @@ def generate_forward(records, guards):
         forward.append(f"    append({_call(k, record, namespace)[0]})")
     exec(compile("\n".join(forward) + "\n", "<dualbcast staged replay>", "exec"), namespace)
     return namespace["forward"]
+
+
+def generate_staged(plan, guards, records):
+    """``forward(values)`` for a staged program's :class:`.staged_plan.Plan` (of
+    ``records`` records): ``values`` extended by a slot per record, each step's values
+    written into their slots, the guards run where the trace met them.  A group runs as
+    its loop where it can (underflow ignored: a loop cannot detect it), else as its
+    records' calls."""
+    namespace = {"nones": [None] * records, "underflow_ignored": underflow_ignored}
+    forward = ["def forward(values):", "    values.extend(nones)",
+               "    fast = underflow_ignored()"]
+    guards = list(guards)
+    rename = plan.rename
+
+    def guards_before(position):
+        while guards and guards[0][0] <= position:
+            name = f"guard{len(guards)}"
+            namespace[name] = guards.pop(0)[1]
+            forward.append(f"    {name}(values)")
+
+    for kind, step, position in plan.steps:
+        guards_before(position)
+        if kind == "record":
+            forward.append(f"    values[{step.out}] = {_renamed_call(step, rename, namespace)}")
+            continue
+        indent = "    "
+        if step.fused:
+            namespace[f"group{step.records[0].out}"] = step
+            forward.append(f"    if not (fast and group{step.records[0].out}(values)):")
+            indent += "    "
+        forward += [f"{indent}values[{record.out}] = {_renamed_call(record, rename, namespace)}"
+                    for record in step.records]
+    guards_before(float("inf"))
+    exec(compile("\n".join(forward) + "\n", "<dualbcast staged replay>", "exec"), namespace)
+    return namespace["forward"]
+
+
+def _renamed_call(record, rename, namespace):
+    """Source of the call computing ``record``'s value, its traced arguments read from
+    the slots ``rename`` gives (a record computing the same as another reads its)."""
+    k = record.out
+    namespace[f"f{k}"] = record.op if type(record) is LinearRecord else record.func
+    traced = {i: rename.get(slot, slot) for i, slot in zip(record.argnums, record.parents)}
+    if type(record) is not LinearRecord:
+        traced.update((i, rename.get(slot, slot)) for i, slot in record.others)
+    args = ", ".join(_arguments(k, record.args, traced, namespace))
+    if type(record) is not LinearRecord and record.kwargs:
+        namespace[f"w{k}"] = record.kwargs
+        return f"f{k}({args}, **w{k})" if args else f"f{k}(**w{k})"
+    return f"f{k}({args})"
 
 
 def _with_guards(records, guards, namespace, forward):

@@ -18,10 +18,12 @@ from ..core.box import Box
 from ..core.pytree import flatten, unflatten
 from ..core.tape import raise_float_errors, restore_float_errors
 from ..core.trace import start_tracing, stop_tracing, trace_arguments, tracing_state
-from .codegen import generate_forward
+from .codegen import generate_staged
 from .entries import Signatures
 from .program import Assumptions, GuardFailed, Program, _steps, program_guards
-from .recorder import COPY_LIMIT, ProgramRecorder
+from .elementwise import describe
+from .recorder import COPY_LIMIT, ProgramRecorder, Slot
+from .staged_plan import operand_slots, plan_records
 
 _FLOAT_SCALARS = (float, np.float64, np.float32, np.float16)
 
@@ -184,7 +186,7 @@ class StagedProgram:
     """A staged trace, ready to run on new values of the same signature."""
 
     __slots__ = ("records", "guards", "forward", "leaves", "tree", "outputs", "assumptions",
-                 "shapes")
+                 "shapes", "plan")
 
     @classmethod
     def of(cls, tape, recorder, tree, outputs, arrays, free):
@@ -210,7 +212,15 @@ class StagedProgram:
         values = tape.values
         self.shapes = [(record.out, values[record.out].shape) for record in tape.records
                        if type(values[record.out]) is np.ndarray
-                       and any(_integral(values[slot]) for slot in _operands(record))]
+                       and any(_integral(values[slot]) for slot in operand_slots(record))]
+        self.plan = None
+        if len(self.records) <= Program.GENERATE_UP_TO:
+            guard_reads = [(position, _slots_read(args, kwargs))
+                           for position, _, args, kwargs, _ in recorder.guards]
+            needed = {output[1] for output in outputs if output[0] == "slot"}
+            needed.update(slot for slot, _ in self.shapes)
+            needed.update(slot for _, slots in guard_reads for slot in slots)
+            self.plan = plan_records(self.records, values, self.leaves, needed, guard_reads)
 
     def check(self, arrays, read_free_variables):
         self.assumptions.check(arrays, read_free_variables)
@@ -222,10 +232,12 @@ class StagedProgram:
             raise GuardFailed
         forward = self.forward
         if forward is None:
-            if len(self.records) > Program.GENERATE_UP_TO:
+            if self.plan is None:
                 forward = self.forward = self._interpreted()
             else:
-                forward = self.forward = generate_forward(self.records, self.guards)
+                forward = self.forward = generate_staged(self.plan, self.guards,
+                                                         len(self.records))
+                self.plan.release()
             self.records = None             # (their values of the trace: not kept)
         forward(values)
         for slot, shape in self.shapes:
@@ -237,8 +249,12 @@ class StagedProgram:
                                      for output in self.outputs])
 
     def fusion_report(self):
-        return ("replayed as generated Python code (a staged program is not fused)"
-                if self.forward is not None else "generated as Python code at its next call")
+        if self.plan is None:
+            return "replayed record by record (too long to generate as code)"
+        plan = self.plan
+        loops = "".join(f"; a loop of {describe(group)}" for group in plan.groups)
+        return (f"replayed as generated Python code: {plan.removed} records of the trace "
+                f"not run (unused or computed twice){loops}")
 
     def _interpreted(self):
         """``forward(values)`` as a loop over the records (a program too long to be
@@ -257,8 +273,16 @@ def _has_integers(arg):
                for leaf in (flatten(arg)[0] if isinstance(arg, (tuple, list, dict)) else (arg,)))
 
 
-def _operands(record):
-    return record.parents + tuple(slot for _, slot in getattr(record, "others", ()))
+def _slots_read(args, kwargs):
+    """The slots a guard's arguments (:class:`.recorder.Slot`, in lists and tuples)
+    read."""
+    slots = []
+    for arg in list(args) + list(kwargs.values()):
+        if type(arg) is Slot:
+            slots.append(arg.slot)
+        elif type(arg) in (list, tuple):
+            slots += _slots_read(arg, {})
+    return slots
 
 
 def _integral(value):

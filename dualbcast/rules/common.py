@@ -7,7 +7,7 @@ import numpy as np
 
 from ..core.box import SCALARS, Box, apply, call_function
 from ..foreign import is_dask_array
-from ..core.registry import BACKWARD_OPERATIONS, defjvp, deflinear, defrule
+from ..core.registry import BACKWARD_OPERATIONS, ScalarForm, defjvp, deflinear, defrule
 from ..core.scatter import scatter_add
 from ..kernel.products import nan_safe_multiply, scaled_sum
 
@@ -154,7 +154,8 @@ _NAN_SAFE_SCALAR_VJPS = (lambda g, ans, x, local: nan_safe(g, local),
                          lambda g, ans, x, local: nan_safe(g, x))
 _NAN_SAFE_VJPS = (lambda g, ans, x, local: unbroadcast(nan_safe(g, local), shape_of(x)),
                   lambda g, ans, x, local: unbroadcast(nan_safe(g, x), shape_of(local)))
-defrule(nan_safe_product, vjps=_NAN_SAFE_VJPS, scalar_vjps=_NAN_SAFE_SCALAR_VJPS)
+defrule(nan_safe_product, vjps=_NAN_SAFE_VJPS, scalar_vjps=_NAN_SAFE_SCALAR_VJPS,
+        form=ScalarForm("nan_safe_product({x}, {y})"))      # (kernel.products': its bits)
 defjvp(nan_safe_product, _nan_safe_product_jvp)
 
 

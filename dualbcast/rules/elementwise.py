@@ -33,10 +33,21 @@ def _reduced(vjp, position):
 def elementwise(ufunc, *vjps, partials=None, form=None):
     """Register an elementwise ufunc's VJPs (None: no gradient through that input),
     its cheap scalar ``partials`` and its scalar ``form`` if it has them (see
-    :func:`~dualbcast.core.registry.defrule`)."""
+    :func:`~dualbcast.core.registry.defrule`; else its value's form in
+    :data:`_VALUES`)."""
+    if form is None and ufunc in _VALUES:
+        form = ScalarForm(_VALUES[ufunc])
     defrule(ufunc, vjps=[None if vjp is None else _reduced(vjp, i)
                          for i, vjp in enumerate(vjps)],
             scalar_vjps=vjps, partials=partials, form=form)
+
+
+# The value per element of these ufuncs, for compiled loops over staged programs
+# (dualbcast.jit.elementwise): operations that IEEE rounds exactly, so that a loop gives
+# NumPy's bits.  (Not exp, log, pow and the like: NumPy's vectorised versions round
+# otherwise than the C library's, and are as fast as a loop calling those.)
+_VALUES = {np.sqrt: "math.sqrt({x})", np.square: "{x} * {x}", np.reciprocal: "1.0 / {x}",
+           np.absolute: "abs({x})", np.fabs: "abs({x})"}
 
 
 def _half_at_ties(wins, ties):

@@ -1,0 +1,219 @@
+"""The plan of a staged program's replay: which records run, which are the same
+computation as another, and which run together as one compiled elementwise loop.
+
+A staged trace records everything its function computed, as JAX's jaxpr does, and much
+of it is not needed by the outputs (a Hessian-vector product records the gradient it
+differentiates) or is computed twice (a jvp of ``nan_safe_product`` forms the same
+product for two terms).  Three passes over the records, in the spirit of XLA's:
+
+- **the same computation** (common subexpressions): a record whose function and
+  arguments (its traced ones by slot, its constants by value or identity) are another's
+  reuses that record's value;
+- **dead records**: a record none of whose values reaches an output, a guard or a
+  shape check does not run -- unless it computes from an integer input (an index
+  gather), which may raise as the eager call would;
+- **elementwise groups** (:mod:`.elementwise`): float64 records that a compiled loop
+  computes per element (ufuncs with a scalar form, ``nan_safe_product``, a slice's
+  cotangent) and that give arrays of one shape, joined into one loop that reads each
+  input once and writes only the values used outside it.
+
+What a plan keeps is the records' order: a group runs where its last record was, and
+a group closes as soon as anything else reads one of its values (so that everything
+it reads is computed before it, and everything reading it after).
+
+Records that the outputs, the guards or the shape checks read (``needed``) always run
+in their own slot: they are neither merged away nor kept only inside a loop.
+"""
+import math
+
+import numpy as np
+
+from ..core.tape import LinearRecord
+from .elementwise import ElementwiseGroup, loop_form
+
+# The most records a loop holds: Numba's compile time grows with the loop's length.
+MAX_GROUP = 48
+
+
+class Plan:
+    """``steps``: in order, ``("record", record, position)`` and ``("group", group,
+    position)`` (``position``: the index of the step's last record among the trace's
+    records, where the guards before it run); ``rename``: the slot each traced argument
+    is read from (see :func:`_same_computations`); ``removed``: how many records do not
+    run (dead or the same as another); ``groups``: the groups compiled as loops."""
+
+    __slots__ = ("steps", "rename", "removed", "groups")
+
+    def __init__(self, steps, rename, removed, groups):
+        self.steps, self.rename, self.removed, self.groups = steps, rename, removed, groups
+
+    def release(self):
+        """Drop the records (they hold the trace's values) once the replay's code is
+        written from them."""
+        self.steps = None
+        for group in self.groups:
+            group.records = None
+
+
+def plan_records(records, values, leaves, needed, guard_reads):
+    """The :class:`Plan` of a staged trace's ``records`` (``values``: the trace's, by
+    slot, the first ``leaves`` its inputs; ``needed``: the slots read after the records
+    run and by guards; ``guard_reads``: what each guard reads, see :func:`_grouped`)."""
+    rename, unique = _same_computations(records, needed)
+    kept = _live(unique, rename, needed)
+    steps, groups = _grouped(kept, rename, values, needed, guard_reads, leaves)
+    return Plan(steps, rename, len(records) - len(kept), groups)
+
+
+def operand_slots(record):
+    """The slots ``record`` reads (its differentiated and other traced arguments)."""
+    if type(record) is LinearRecord:
+        return record.parents
+    return record.parents + tuple(slot for _, slot in record.others)
+
+
+def traced_positions(record):
+    """``{argument position: slot}`` of ``record``'s traced arguments."""
+    traced = dict(zip(record.argnums, record.parents))
+    if type(record) is not LinearRecord:
+        traced.update(record.others)
+    return traced
+
+
+# ------------------------------------------------------------- the same computation
+
+def _same_computations(records, needed):
+    """``(rename, unique)``: ``rename[slot]`` is the slot of the first record computing
+    what ``slot``'s record computes; ``unique`` the records that stay."""
+    rename, seen, unique = {}, {}, []
+    for record in records:
+        key = _computation(record, rename)
+        if key is not None and record.out not in needed:
+            first = seen.get(key)
+            if first is not None:
+                rename[record.out] = first
+                continue
+            seen[key] = record.out
+        unique.append(record)
+    return rename, unique
+
+
+def _computation(record, rename):
+    """What ``record`` computes, as a hashable key (None: not to be compared)."""
+    traced = traced_positions(record)
+    try:
+        arguments = tuple(("slot", rename.get(traced[i], traced[i])) if i in traced
+                          else _constant_key(value) for i, value in enumerate(record.args))
+        if type(record) is LinearRecord:
+            return ("linear", id(record.op), arguments)
+        keywords = tuple(sorted((name, _constant_key(value))
+                                for name, value in record.kwargs.items()))
+        return (id(record.func), arguments, keywords)
+    except TypeError:               # (an unhashable constant: compared by identity below)
+        return None
+
+
+_BY_VALUE = (int, bool, str, bytes, type(None), type(Ellipsis), np.dtype, type)
+
+
+def _constant_key(value):
+    """A constant as part of a key: numbers and strings by value (a float by its bits:
+    0.0 and -0.0 differ), slices and tuples by their parts, anything else (an array,
+    a function) by identity -- the records keep it alive while the plan is made."""
+    kind = type(value)
+    if kind is float or kind is np.float64 or kind is np.float32:
+        return (kind, float(value).hex() if math.isfinite(value) else repr(float(value)))
+    if kind in _BY_VALUE or isinstance(value, np.integer) or kind is np.bool_:
+        return (kind, value)
+    if kind is slice:
+        return (slice, _constant_key(value.start), _constant_key(value.stop),
+                _constant_key(value.step))
+    if kind is tuple or kind is list:
+        return (kind,) + tuple(map(_constant_key, value))
+    return ("object", id(value))
+
+
+# ------------------------------------------------------------------- dead records
+
+def _live(records, rename, needed):
+    """The records whose values reach ``needed``, in order, and those that compute
+    from an integer value (an index may be out of range: the eager call raises)."""
+    live = set(needed)
+    kept = []
+    for record in reversed(records):
+        if record.out in live or _may_raise(record):
+            kept.append(record)
+            live.update(rename.get(slot, slot) for slot in operand_slots(record))
+    kept.reverse()
+    return kept
+
+
+def _may_raise(record):
+    if type(record) is LinearRecord:
+        return False
+    values = list(record.args) + list(record.kwargs.values())
+    return any(_integral(value) for value in values)
+
+
+def _integral(value):
+    if type(value) is np.ndarray:
+        return value.dtype.kind in "iub"
+    if type(value) is tuple:
+        return any(map(_integral, value))
+    return False
+
+
+# ------------------------------------------------------------- elementwise groups
+
+def _grouped(records, rename, values, needed, guard_reads, leaves):
+    """``(steps, groups)``: ``records`` in order, elementwise ones joined into groups.
+    ``guard_reads``: ``(position, slots)`` of each guard, in order (a guard before
+    record ``position`` reads ``slots``)."""
+    steps, groups = [], []
+    open_groups = {}            # shape -> the group records of that shape may join
+    member_of = {}              # slot -> its group
+    placed = {}                 # group -> its step's index in steps
+    guard_reads = list(guard_reads)
+
+    def read_outside(slot, reader=None):
+        # A value read outside its group: the group writes it, and takes no more
+        # records (it runs before whatever reads it).
+        group = member_of.get(slot)
+        if group is not None and group is not reader:
+            group.outputs.add(slot)
+            if open_groups.get(group.shape) is group:
+                del open_groups[group.shape]
+
+    for record in records:
+        position = record.out - leaves
+        while guard_reads and guard_reads[0][0] <= position:
+            for slot in guard_reads.pop(0)[1]:
+                read_outside(slot)
+        form = loop_form(record, values)
+        if form is None:
+            for slot in operand_slots(record):
+                read_outside(rename.get(slot, slot))
+            steps.append(("record", record, position))
+            continue
+        shape = values[record.out].shape
+        group = open_groups.get(shape)
+        if group is None or len(group.records) >= MAX_GROUP:
+            group = open_groups[shape] = ElementwiseGroup(shape)
+            groups.append(group)
+        for slot in operand_slots(record):
+            read_outside(rename.get(slot, slot), group)
+        group.add(record, form, rename, values)
+        member_of[record.out] = group
+        if record.out in needed:
+            group.outputs.add(record.out)
+        # The group runs where its last record is: its step moves there.
+        if group in placed:
+            steps[placed[group]] = None
+        placed[group] = len(steps)
+        steps.append(("group", group, position))
+    for _, slots in guard_reads:
+        for slot in slots:
+            read_outside(slot)
+    for group in groups:
+        group.finish()
+    return [step for step in steps if step is not None], [g for g in groups if g.fused]

@@ -1,0 +1,248 @@
+"""The plan of a staged replay (dualbcast/jit/staged_plan.py, elementwise.py): records
+that no output needs are not run, records computed twice run once, and float64
+elementwise records run as compiled loops -- with the eager call's bits.
+
+Checked against the eager call bit for bit (values, jvps, Hessian-vector products) or
+to rounding (a gradient computed inside: its backward pass adds in the staged order),
+over random elementwise programs on 1-d to 3-d arrays with broadcasting, slices and
+their cotangents, and NaN, inf and huge values; and that the loops do run."""
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dualbcast as db
+from profiles import examples
+from replays import staged_plans, staged_programs_of
+from test_jit_adversarial import _bits, assert_same_to_rounding
+
+RNG = np.random.default_rng(17)
+
+
+@pytest.fixture(autouse=True)
+def loops_at_every_size(monkeypatch):
+    # (loops are compiled from 2048 elements on: these tests' arrays are smaller)
+    monkeypatch.setattr(sys.modules["dualbcast.jit.elementwise"], "MIN_ELEMENTS", 1)
+
+
+def loops_of(jitted):
+    """The elementwise loops of ``jitted``'s staged programs that ran."""
+    return [group for plan in staged_plans(jitted) for group in plan.groups if group.calls]
+
+
+def _stencil_energy(u, kappa):
+    gx = u[1:, :] - u[:-1, :]
+    gy = u[:, 1:] - u[:, :-1]
+    return 0.5 * kappa * (np.sum(gx * gx) + np.sum(gy * gy)) + np.sum(u ** 2 * (1.0 - u) ** 2)
+
+
+def test_stencil_hvp_runs_loops_and_keeps_the_bits():
+    hvp = lambda u, v, kappa: db.jvp(db.grad(lambda u: _stencil_energy(u, kappa)), (u,),
+                                     (v,))[1]
+    jitted = db.jit(hvp)
+    for call in range(4):
+        u, v = RNG.uniform(0.1, 0.9, (40, 33)), RNG.standard_normal((40, 33))
+        kappa = float(RNG.uniform(0.5, 2.0))
+        assert _bits(jitted(u, v, kappa)) == _bits(hvp(u, v, kappa)), call
+    loops = loops_of(jitted)
+    assert loops, "no elementwise loop ran"
+    # the slices' cotangents ran in a loop, not as zeros-then-write NumPy calls
+    assert any("_scattered" in group.names for group in loops)
+    report = jitted.explain()
+    assert "not run" in report and "a loop of" in report, report
+
+
+def test_stencil_gradient_to_rounding_and_against_central_differences():
+    grad = db.grad(_stencil_energy)
+    jitted = db.jit(grad)
+    u = RNG.uniform(0.1, 0.9, (12, 9))
+    for call in range(3):
+        u = RNG.uniform(0.1, 0.9, (12, 9))
+        assert_same_to_rounding(grad(u, 1.3), jitted(u, 1.3))
+    assert loops_of(jitted)
+    h, e = 1e-6, np.zeros_like(u)
+    e[3, 4] = h
+    central = (_stencil_energy(u + e, 1.3) - _stencil_energy(u - e, 1.3)) / (2 * h)
+    np.testing.assert_allclose(jitted(u, 1.3)[3, 4], central, rtol=1e-6)
+
+
+def test_records_no_output_needs_are_not_run():
+    def f(x, a):
+        unused = np.exp(x) * a + 1.0        # not returned: not run by a replay
+        used = x * a + 1.0
+        twice = (x * a + 1.0) * 2.0         # x * a + 1.0 again: computed once
+        return used + twice
+
+    jitted = db.jit(f)
+    for _ in range(3):
+        x, a = RNG.standard_normal(50), float(RNG.uniform(1, 2))
+        assert _bits(jitted(x, a)) == _bits(f(x, a))
+    plan, = staged_plans(jitted)
+    assert plan.removed >= 4      # exp, its product and sum; the second x * a + 1
+    assert "records of the trace not run" in jitted.explain()
+
+
+def test_an_index_out_of_range_in_an_unused_record_raises_as_eager():
+    def f(x, i):
+        _ = x[i]                  # unused, but may raise: run
+        return x * 2.0
+
+    jitted = db.jit(f)
+    x = np.arange(5.0)
+    jitted(x, np.array([0, 1]))
+    jitted(x, np.array([2, 3]))
+    with pytest.raises(IndexError):
+        f(x, np.array([7]))
+    with pytest.raises(IndexError):
+        jitted(x, np.array([7]))
+
+
+def test_a_loop_that_meets_inf_hands_back_and_warns_as_eager():
+    def f(x, y):
+        return (x * y - 1.0) / (x - y)
+
+    jitted = db.jit(f)
+    x, y = RNG.standard_normal(64), RNG.standard_normal(64)
+    for _ in range(3):
+        assert _bits(jitted(x, y)) == _bits(f(x, y))
+    assert loops_of(jitted)
+    with pytest.warns(RuntimeWarning):
+        want = f(x, x)                      # 0 / 0 and finite / 0
+    with pytest.warns(RuntimeWarning):
+        got = jitted(x, x)
+    assert _bits(got) == _bits(want)
+    with np.errstate(divide="raise", invalid="raise"):
+        with pytest.raises(FloatingPointError):
+            jitted(x, x)
+
+
+def test_inputs_that_are_inf_or_nan_give_numpys_values_without_a_warning():
+    def f(x, y):
+        return x * y + y
+
+    jitted = db.jit(f)
+    x, y = RNG.uniform(1, 2, 64), RNG.uniform(1, 2, 64)
+    for _ in range(3):
+        jitted(x, y)
+    x[3], y[5] = np.inf, np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got, want = jitted(x, y), f(x, y)
+    assert _bits(got) == _bits(want)
+
+
+def test_non_contiguous_and_broadcast_inputs():
+    def f(x, row, column):
+        return (x * row - column) * (x + 1.0)
+
+    jitted = db.jit(f)
+    base = RNG.standard_normal((9, 14))
+    for x in (base[:, ::2], base[1:, 3:10], base.T[:7], np.asfortranarray(base[:, :7])):
+        row, column = RNG.standard_normal(x.shape[1]), RNG.standard_normal((x.shape[0], 1))
+        for _ in range(2):
+            assert _bits(jitted(x, row, column)) == _bits(f(x, row, column))
+    assert loops_of(jitted)
+
+
+def test_a_shape_that_follows_an_integer_input_changes():
+    def f(x, counts):
+        r = np.repeat(x, counts)
+        return r * r + r
+
+    jitted = db.jit(f)
+    x = RNG.standard_normal(4)
+    for counts in ([1, 2, 1, 1], [1, 2, 1, 1], [3, 0, 2, 2], [1, 1, 1, 1]):
+        counts = np.array(counts)
+        assert _bits(jitted(x, counts)) == _bits(f(x, counts))
+
+
+def test_outputs_are_fresh_arrays_not_views_of_each_other():
+    def f(x, a):
+        y = x * a + 1.0
+        return y, x * a + 1.0, y[1:]
+
+    jitted = db.jit(f)
+    x = RNG.standard_normal(6)
+    for _ in range(3):
+        got, want = jitted(x, 2.0), f(x, 2.0)
+        assert list(map(_bits, got)) == list(map(_bits, want))
+    y, z, tail = got
+    assert not np.shares_memory(y, z)
+    y[:] = 0.0
+    assert _bits(z) == _bits(x * 2.0 + 1.0)
+
+
+# ------------------------------------------------------------- random elementwise programs
+
+SHAPES = st.sampled_from([(7,), (5, 6), (3, 4, 5), (1, 6), (5, 1), (8, 2)])
+VALUES = st.sampled_from(["normal", "huge", "special"])
+STEPS = st.lists(st.one_of(
+    st.tuples(st.sampled_from(["+", "-", "*", "/"]), st.sampled_from(["v", "a", "b", "s", 0.5,
+                                                                       -2, 0.0])),
+    st.tuples(st.just("pow"), st.sampled_from([2, 0.5, -1, 1, 3])),
+    st.tuples(st.just("ufunc"), st.sampled_from(["sqrt", "abs", "negative", "square",
+                                                  "exp"])),
+    st.tuples(st.just("stencil"), st.sampled_from([0, -1])),
+    st.tuples(st.just("row"),)), min_size=1, max_size=8)
+
+
+def _values(kind, shape):
+    x = RNG.standard_normal(shape)
+    if kind == "huge":
+        x *= 1e154
+    elif kind == "special" and x.size > 2:
+        x.flat[0], x.flat[-1] = np.inf, np.nan
+    return x
+
+
+def elementwise_program(steps):
+    def f(a, b, s):
+        v = a
+        for step in steps:
+            kind = step[0]
+            if kind in "+-*/":
+                w = {"v": v, "a": a, "b": b, "s": s}.get(step[1], step[1])
+                if step[1] in ("a", "b") and np.shape(w) != np.shape(v):
+                    continue
+                v = v + w if kind == "+" else v - w if kind == "-" else \
+                    v * w if kind == "*" else v / w
+            elif kind == "pow":
+                v = v ** step[1]
+            elif kind == "ufunc":
+                v = getattr(np, step[1])(v)
+            elif kind == "stencil" and np.ndim(v) and np.shape(v)[step[1]] > 1:
+                if step[1] == 0:
+                    v = v[1:] - v[:-1]
+                else:
+                    v = v[..., 1:] * v[..., :-1]
+            elif kind == "row" and np.ndim(v) > 1:
+                v = v * v[:1]                   # broadcast a row
+        return np.sum(v * v)
+    return f
+
+
+@settings(max_examples=examples(8), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(steps=STEPS, shape=SHAPES, kind=VALUES)
+def test_random_elementwise_programs_value_gradient_and_hvp(steps, shape, kind):
+    f = elementwise_program(steps)
+    value = db.jit(f)
+    gradient = db.jit(db.grad(f))
+    hvp = lambda a, t, b, s: db.jvp(lambda a: db.grad(f)(a, b, s), (a,), (t,))[1]
+    jitted_hvp = db.jit(hvp)
+    for call in range(3):
+        a, b = _values(kind, shape), _values("normal", shape)
+        s, t = float(RNG.uniform(0.5, 2.0)), RNG.standard_normal(shape)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with np.errstate(all="ignore"):
+                want_value, want_gradient = f(a, b, s), db.grad(f)(a, b, s)
+                want_hvp = hvp(a, t, b, s)
+            got_value, got_gradient = value(a, b, s), gradient(a, b, s)
+            got_hvp = jitted_hvp(a, t, b, s)
+        assert _bits(got_value) == _bits(want_value), call
+        assert _bits(got_hvp) == _bits(want_hvp), call
+        assert_same_to_rounding(want_gradient, got_gradient)
