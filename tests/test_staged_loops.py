@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import dualbcast as db
 from profiles import examples
-from replays import staged_plans, staged_programs_of
+from replays import staged_plans
 from test_jit_adversarial import _bits, assert_same_to_rounding
 
 RNG = np.random.default_rng(17)
@@ -71,7 +71,7 @@ def test_stencil_gradient_to_rounding_and_against_central_differences():
 
 def test_records_no_output_needs_are_not_run():
     def f(x, a):
-        unused = np.exp(x) * a + 1.0        # not returned: not run by a replay
+        np.exp(x) * a + 1.0                 # not returned: not run by a replay
         used = x * a + 1.0
         twice = (x * a + 1.0) * 2.0         # x * a + 1.0 again: computed once
         return used + twice

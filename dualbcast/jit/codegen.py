@@ -15,6 +15,9 @@ vjps are names bound in the functions' namespace.
                                            guards; residuals: fresh vjps of the fast
                                            rules and local partials of x + y, x * y
     backward(values, grads, owned, residuals) -> grads
+
+A staged program's plan (:mod:`.staged_plan`: the records that run, its elementwise
+loops) is written out as one function, ``forward(values)``.
 """
 import numpy as np
 
@@ -53,21 +56,6 @@ def generate(records, guards, leaves, output):
     source = "\n".join(forward) + "\n\n" + "\n".join(backward) + "\n"
     exec(compile(source, "<dualbcast replay>", "exec"), namespace)
     return namespace["forward"], namespace["backward"]
-
-
-def generate_forward(records, guards):
-    """``forward(values)`` for a staged program (``dualbcast.jit`` of a function that
-    is not a gradient): each record's value appended to ``values``, the guards run
-    where the trace met them; no backward pass, so nothing kept for one."""
-    namespace = {}
-    forward = ["def forward(values):", "    append = values.append"]
-    for k, record in _with_guards(records, guards, namespace, forward):
-        if type(record) is RuleRecord:
-            raise RuntimeError("dualbcast internal error: a fast rule's record on a "
-                               "staging trace; please report it")
-        forward.append(f"    append({_call(k, record, namespace)[0]})")
-    exec(compile("\n".join(forward) + "\n", "<dualbcast staged replay>", "exec"), namespace)
-    return namespace["forward"]
 
 
 def generate_staged(plan, guards, records):
