@@ -39,6 +39,9 @@ from ..safe_cache import guarded_njit
 # below, the NumPy calls it would replace cost a microsecond or two each, and a
 # program replayed a few times would not win its compile back.
 MIN_ELEMENTS = 2048
+# Rows shorter than this (x, y, z coordinates) are not looped over one by one (see
+# ElementwiseGroup._mode).
+SHORT_ROWS = 16
 
 _FLOAT64 = np.dtype(np.float64)
 _NUMBERS = (float, int, np.float64)
@@ -142,11 +145,12 @@ def _read_form(record, values, shape):
 class ElementwiseGroup:
     """Records computed per element in one loop over arrays of ``shape``.
 
-    The loop runs over the rows of the last axis (the leading axes as outer loops),
-    each row cut into segments where every slice's cotangent is wholly inside or
-    outside its slice; per segment it takes a 1-d view of every array it reads and
-    writes, so that the innermost loop reads contiguous memory at a constant offset
-    (LLVM vectorises it)."""
+    How the loop runs over the elements depends on what it reads: arrays all of its
+    shape are read as one flat row; arrays broadcast to it and slices of arrays by
+    nested loops over its axes; where a slice's cotangent is among them, by rows of
+    the last axis cut into segments where the slice is wholly in or out, each
+    segment's arrays taken as 1-d views, the innermost loop contiguous at a constant
+    offset (so that LLVM vectorises it)."""
 
     def __init__(self, shape):
         self.shape = shape
@@ -158,14 +162,14 @@ class ElementwiseGroup:
         self.ints = list(shape)     # the loop's integer argument: sizes, then bounds
         self.inputs = []            # per array input: ("slot", slot) or ("constant", array)
         self.scalars = []           # per float input: the same
+        self.repeated = []          # per array input: (its axes of stride 0, an index
+                                    # taking the first element along them)
         self.checks = []            # the loop's checks of its inputs' shapes
-        self.hoisted = []           # lines before the loops (scalar inputs)
-        self.row = []               # lines per row (which slices it is in)
-        self.segment = []           # lines per segment (the inputs' views)
-        self.element = []           # lines per element (reads, then the records)
-        self.cuts = []              # per slice's cotangent, its bounds on the last axis
-        self._names = {}            # input key -> its name in the loop
+        self.reads = []             # per array input: (kind, element name, array, parts)
+        self.element = []           # the records' lines per element
+        self._names = {}            # input key -> its element's name in the loop
         self.fused = False          # whether it runs as a loop (decided by finish)
+        self.mode = None            # how (see _mode)
         self.function = self.source = None
         self.failed = False
         self.calls = 0
@@ -179,9 +183,8 @@ class ElementwiseGroup:
         kind = form[0]
         if kind in ("read", "scatter"):
             slot = rename.get(record.parents[0], record.parents[0])
-            array = self._array(("slot", slot))
-            value = (self._read(array, form[1], form[2]) if kind == "read"
-                     else self._scatter(array, form[1]))
+            value = (self._read(("slot", slot), form[1], form[2]) if kind == "read"
+                     else self._scatter(("slot", slot), form[1]))
         else:
             operands = []
             for i, arg in enumerate(record.args):
@@ -205,66 +208,54 @@ class ElementwiseGroup:
         self.ints.append(value)
         return f"n[{len(self.ints) - 1}]"
 
-    def _array(self, key):
+    def _array(self, key, kind, parts, repeated=()):
+        """A new array input read per element as ``kind`` says: its element's name.
+        ``repeated``: its axes of stride 0, taken as length 1."""
         self.inputs.append(key)
-        return f"a{len(self.inputs) - 1}"
+        self.repeated.append((repeated, tuple(slice(0, 1) if axis in repeated else slice(None)
+                                              for axis in range(max(repeated, default=-1) + 1))))
+        name = f"x{len(self.inputs) - 1}"
+        self.reads.append((kind, name, f"a{len(self.inputs) - 1}", parts))
+        return name
 
     def _input(self, key, value):
-        """The name of an input's element in the loop, reading it on first use."""
+        """The name of an argument's element in the loop (a number: a float argument;
+        an array broadcast to the group's shape: read at its index)."""
         name = self._names.get(key)
         if name is not None:
             return name
-        name = self._names[key] = f"x{len(self._names)}"
         if type(value) is not np.ndarray or value.ndim == 0:
             self.scalars.append(key if key[0] == "slot" else ("constant", value))
-            self.hoisted.append(f"{name} = s{len(self.scalars) - 1}")
-            return name
-        array = self._array(key if key[0] == "slot" else ("constant", value))
-        lead = len(self.shape) - value.ndim
-        index = []
-        for axis, n in enumerate(value.shape):
-            if n == 1 and self.shape[lead + axis] != 1:
-                self.checks.append(f"{array}.shape[{axis}] != 1")
-                index.append("0")
-            else:
-                self.checks.append(f"{array}.shape[{axis}] != n{lead + axis}")
-                index.append(f"i{lead + axis}")
-        if index and index[-1] == "0" or not index:
-            # (constant along the row: read once per segment)
-            self.segment.append(f"{name} = {array}[{', '.join(index) or '()'}]")
+            name = f"s{len(self.scalars) - 1}"
         else:
-            index[-1] = "lo:hi"
-            self.segment.append(f"r{name} = {array}[{', '.join(index)}]")
-            self.element.append(f"{name} = r{name}[j]")
+            # (an axis of stride 0 -- a broadcast view, np.broadcast_to's -- is read as
+            # the one element it repeats: the caller passes the view without it)
+            repeated = tuple(axis for axis, (n, stride) in enumerate(zip(value.shape,
+                                                                         value.strides))
+                             if stride == 0 and n > 1)
+            lead = len(self.shape) - value.ndim
+            index = [("0" if (n == 1 or axis in repeated) and self.shape[lead + axis] != 1
+                      else f"i{lead + axis}") for axis, n in enumerate(value.shape)]
+            name = self._array(key if key[0] == "slot" else ("constant", value), "full", index,
+                               repeated)
+        self._names[key] = name
         return name
 
-    def _read(self, array, starts, shape):
-        # a[b0:, b1:...]: row i0 + b0, columns from b1 + lo
-        for axis, n in enumerate(shape):
-            self.checks.append(f"{array}.shape[{axis}] != {self._int(n)}")
-        offsets = [self._int(start) for start in starts]
-        index = [f"i{axis} + {offset}" for axis, offset in enumerate(offsets[:-1])]
-        index.append(f"{offsets[-1]} + lo:{offsets[-1]} + hi")
-        self.segment.append(f"r{array} = {array}[{', '.join(index)}]")
-        return f"r{array}[j]"
+    def _read(self, key, starts, shape):
+        """``a[b0:e0, b1:e1, ...]``: ``a`` read at the offsets ``b``."""
+        name = self._array(key, "read", [self._int(start) for start in starts])
+        self.checks += [f"a{name[1:]}.shape[{axis}] != {self._int(n)}"
+                        for axis, n in enumerate(shape)]
+        return name
 
-    def _scatter(self, array, bounds):
-        # g where the slice is, 0 elsewhere: per row, whether the row is in it; per
-        # segment (cut at the slice's bounds on the last axis), whether the segment is
-        lows, highs = [], []
-        for axis, (start, stop) in enumerate(bounds):
-            lows.append(self._int(start))
-            highs.append(self._int(stop))
-            self.checks.append(f"{array}.shape[{axis}] != {highs[-1]} - {lows[-1]}")
-        rows = " and ".join(f"{lo} <= i{axis} < {hi}"
-                            for axis, (lo, hi) in enumerate(zip(lows[:-1], highs[:-1])))
-        self.row.append(f"in{array} = {rows or 'True'}")
-        self.cuts += [lows[-1], highs[-1]]
-        index = [f"i{axis} - {lo}" for axis, lo in enumerate(lows[:-1])]
-        index.append(f"lo - {lows[-1]}:hi - {lows[-1]}")
-        self.segment.append(f"r{array} = {array}[{', '.join(index)}] if in{array} and "
-                            f"{lows[-1]} <= lo and hi <= {highs[-1]} else zeros[:hi - lo]")
-        return f"r{array}[j]"
+    def _scatter(self, key, bounds):
+        """A slice's cotangent: its input where the slice is, 0 elsewhere."""
+        lows = [self._int(start) for start, _ in bounds]
+        highs = [self._int(stop) for _, stop in bounds]
+        name = self._array(key, "scatter", (lows, highs))
+        self.checks += [f"a{name[1:]}.shape[{axis}] != {hi} - {lo}"
+                        for axis, (lo, hi) in enumerate(zip(lows, highs))]
+        return name
 
     def finish(self):
         """Decide whether the group runs as a loop: over :data:`MIN_ELEMENTS` or more,
@@ -274,48 +265,133 @@ class ElementwiseGroup:
         self.fused = math.prod(self.shape) >= MIN_ELEMENTS and (
             not all(self.plain) or sum(name != "getitem" for name in self.names) > 1)
         if self.fused:
+            self.mode = self._mode()
+            if self.mode == "expanded":
+                # (the caller hands the loop every array at the group's shape)
+                self.reads = [(kind, name, array, [f"i{axis}" for axis in range(len(self.shape))])
+                              for kind, name, array, _ in self.reads]
+                self.repeated = [((), ()) for _ in self.inputs]
             self.source = self._source()
             self.outputs = sorted(self.outputs)
             self.ints = np.array(self.ints, np.int64)
 
+    def _mode(self):
+        """How the loop runs over the elements: ``flat`` (every array of the group's
+        shape: one row of them all), ``expanded`` (arrays broadcast along short rows:
+        the caller expands them, and the loop is flat -- a loop over rows of a few
+        elements runs at a tenth of a flat one's speed, 5 ns an element), ``rows``
+        (1-d views of each row, cut into segments at slices' cotangents' bounds),
+        ``nested`` (a loop per axis: short rows that are not only arrays)."""
+        whole = [f"i{axis}" for axis in range(len(self.shape))]
+        if all(kind == "full" and parts == whole for kind, _, _, parts in self.reads):
+            return "flat"
+        if all(kind == "full" for kind, *_ in self.reads) and self.shape[-1] < SHORT_ROWS:
+            return "expanded"
+        if self.shape[-1] < SHORT_ROWS and all(kind != "scatter" for kind, *_ in self.reads):
+            return "nested"
+        return "rows"
+
+    # ------------------------------------------------------------ the loop's source
+
     def _source(self):
         outputs = sorted(self.outputs)
-        last = len(self.shape) - 1
+        ndim = len(self.shape)
         params = (["n"] + [f"o{k}" for k in range(len(outputs))]
                   + [f"a{k}" for k in range(len(self.inputs))]
                   + [f"s{k}" for k in range(len(self.scalars))])
         lines = [f"def loop({', '.join(params)}):"]
-        lines += [f"    n{axis} = n[{axis}]" for axis in range(last + 1)]
-        if self.checks:
-            lines.append(f"    if {' or '.join(self.checks)}:")
+        lines += [f"    n{axis} = n[{axis}]" for axis in range(ndim)]
+        checks = self.checks + [f"{array}.shape[{axis}] != " + ("1" if part == "0" else
+                                                                 f"n{part[1:]}")
+                                for kind, _, array, parts in self.reads if kind == "full"
+                                for axis, part in enumerate(parts)]
+        if checks:
+            lines.append(f"    if {' or '.join(checks)}:")
             lines.append("        return 1")
-        lines += ["    " + line for line in self.hoisted]
-        if self.cuts:
-            lines.append(f"    zeros = np.zeros(n{last})")
-            lines.append(f"    cuts = np.array([0, n{last}, {', '.join(self.cuts)}])")
-            lines.append("    cuts.sort()")
         lines.append("    bad = False")
+        if self.mode in ("flat", "expanded"):
+            indent, element, store = self._flat(lines, len(outputs))
+        elif self.mode == "rows":
+            indent, element, store = self._rows(lines, len(outputs))
+        else:
+            indent, element, store = self._nested(lines)
+        lines += [indent + line for line in element + self.element]
+        lines += [f"{indent}{store(k)} = v{slot}" for k, slot in enumerate(outputs)]
+        lines.append("    return 2 if bad else 0")
+        return _HEADER + "\n".join(lines) + "\n"
+
+    def _flat(self, lines, outputs):
+        """Every array of the group's shape (C-contiguous, as the caller makes them):
+        one row of them all."""
+        lines.append(f"    size = {' * '.join(f'n{axis}' for axis in range(len(self.shape)))}")
+        lines += [f"    r{name} = {array}.reshape(size)" for _, name, array, _ in self.reads]
+        lines += [f"    p{k} = o{k}.reshape(size)" for k in range(outputs)]
+        lines.append("    for j in range(size):")
+        return "        ", [f"{name} = r{name}[j]" for _, name, _, _ in self.reads], \
+            lambda k: f"p{k}[j]"
+
+    def _nested(self, lines):
+        """Arrays broadcast to the group's shape and slices: a loop per axis, the
+        longest innermost (a short innermost loop, such as rows of 3 coordinates, costs
+        its setup per row: the checks that its arrays do not overlap)."""
+        indent = "    "
+        inner = max(range(len(self.shape)), key=lambda axis: (self.shape[axis], axis))
+        for axis in [axis for axis in range(len(self.shape)) if axis != inner] + [inner]:
+            lines.append(f"{indent}for i{axis} in range(n{axis}):")
+            indent += "    "
+        element = []
+        for kind, name, array, parts in self.reads:
+            index = parts if kind == "full" else [f"i{axis} + {offset}"
+                                                  for axis, offset in enumerate(parts)]
+            element.append(f"{name} = {array}[{', '.join(index)}]")
+        index = ", ".join(f"i{axis}" for axis in range(len(self.shape)))
+        return indent, element, lambda k: f"o{k}[{index}]"
+
+    def _rows(self, lines, outputs):
+        """The rows of the last axis, cut at slices' cotangents' bounds on it, read as
+        1-d views (zeros outside a slice)."""
+        last = len(self.shape) - 1
+        cuts = [bound for kind, _, _, parts in self.reads if kind == "scatter"
+                for bound in (parts[0][-1], parts[1][-1])]
+        if cuts:
+            lines.append(f"    zeros = np.zeros(n{last})")
+            lines.append(f"    cuts = np.array([0, n{last}, {', '.join(cuts)}])")
+            lines.append("    cuts.sort()")
         indent = "    "
         for axis in range(last):
             lines.append(f"{indent}for i{axis} in range(n{axis}):")
             indent += "    "
-        lines += [indent + line for line in self.row]
-        if self.cuts:
-            lines.append(f"{indent}for c in range({len(self.cuts) + 1}):")
+        if cuts:
+            lines.append(f"{indent}for c in range({len(cuts) + 1}):")
             indent += "    "
             lines += [f"{indent}lo, hi = cuts[c], cuts[c + 1]", f"{indent}if lo >= hi:",
                       f"{indent}    continue"]
         else:
             lines.append(f"{indent}lo, hi = 0, n{last}")
+        element = []
+        for kind, name, array, parts in self.reads:
+            if kind == "full" and parts[-1] == "0":     # (constant along the row)
+                lines.append(f"{indent}{name} = {array}[{', '.join(parts)}]")
+                continue
+            if kind == "full":
+                row = f"{array}[{', '.join(parts[:-1] + ['lo:hi'])}]"
+            elif kind == "read":
+                index = [f"i{axis} + {offset}" for axis, offset in enumerate(parts[:-1])]
+                row = f"{array}[{', '.join(index + [f'{parts[-1]} + lo:{parts[-1]} + hi'])}]"
+            else:
+                lows, highs = parts
+                index = [f"i{axis} - {lo}" for axis, lo in enumerate(lows[:-1])]
+                inside = [f"{lo} <= i{axis} < {hi}"
+                          for axis, (lo, hi) in enumerate(zip(lows[:-1], highs[:-1]))]
+                inside.append(f"{lows[-1]} <= lo and hi <= {highs[-1]}")
+                row = (f"{array}[{', '.join(index + [f'lo - {lows[-1]}:hi - {lows[-1]}'])}] "
+                       f"if {' and '.join(inside)} else zeros[:hi - lo]")
+            lines.append(f"{indent}r{name} = {row}")
+            element.append(f"{name} = r{name}[j]")
         lead = "".join(f"i{axis}, " for axis in range(last))
-        lines += [indent + line for line in self.segment]
-        lines += [f"{indent}p{k} = o{k}[{lead}lo:hi]" for k in range(len(outputs))]
+        lines += [f"{indent}p{k} = o{k}[{lead}lo:hi]" for k in range(outputs)]
         lines.append(f"{indent}for j in range(hi - lo):")
-        indent += "    "
-        lines += [indent + line for line in self.element]
-        lines += [f"{indent}p{k}[j] = v{slot}" for k, slot in enumerate(outputs)]
-        lines.append("    return 2 if bad else 0")
-        return _HEADER + "\n".join(lines) + "\n"
+        return indent + "    ", element, lambda k: f"p{k}[j]"
 
     # ------------------------------------------------------------ running
 
@@ -336,8 +412,19 @@ class ElementwiseGroup:
             out = np.empty(self.shape)
             outputs.append(out)
             args.append(out)
-        for kind, value in self.inputs:
+        expanded = self.mode == "expanded"
+        for (kind, value), (repeated, first) in zip(self.inputs, self.repeated):
             array = values[value] if kind == "slot" else value
+            if expanded and (array.shape != self.shape or not array.flags.c_contiguous):
+                array = _expanded(array, self.shape)
+                if array is None:
+                    return False            # (another shape than the trace's)
+            elif repeated:
+                strides = array.strides
+                for axis in repeated:
+                    if strides[axis]:
+                        return False        # (not the broadcast view the trace had)
+                array = array[first]
             # (contiguous rows: the loop's views of them are what LLVM vectorises)
             args.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
         for kind, value in self.scalars:
@@ -375,6 +462,25 @@ class ElementwiseGroup:
         else:
             self.function = guarded_njit(error_model="numpy", nogil=True, cache=True)(module.loop)
         return self.function
+
+
+def _expanded(array, shape):
+    """``array`` broadcast to ``shape`` (short rows) as a new C-contiguous array, or
+    None if it does not broadcast.  A column repeated along the rows (of length 1 or
+    stride 0) is written column by column (3x faster than NumPy's copy of the
+    broadcast view)."""
+    out = np.empty(shape)
+    if array.shape[:-1] == shape[:-1] and (array.shape[-1] == 1 or array.shape == shape
+                                           and array.strides[-1] == 0):
+        column = array[..., 0]
+        for k in range(shape[-1]):
+            out[..., k] = column
+        return out
+    try:
+        out[...] = np.broadcast_to(array, shape)
+    except ValueError:
+        return None
+    return out
 
 
 def describe(group):
