@@ -246,3 +246,38 @@ def test_random_elementwise_programs_value_gradient_and_hvp(steps, shape, kind):
         assert _bits(got_value) == _bits(want_value), call
         assert _bits(got_hvp) == _bits(want_hvp), call
         assert_same_to_rounding(want_gradient, got_gradient)
+
+
+def test_pair_geometry_over_a_neighbour_list_gradient_and_short_rows():
+    # d = X[j] - X[i] over pairs, a sum over the 3 coordinates: the backward pass
+    # broadcasts each pair's cotangent along its row of 3 (a view of stride 0)
+    def energy(X, i, j, scale):
+        d = X[j] - X[i]
+        r2 = np.sum(d * d, axis=1)
+        return np.sum(scale * (r2 * r2 - 2.0 * r2))
+
+    X = RNG.standard_normal((30, 3))
+    i, j = np.nonzero(np.ones((30, 30)) - np.eye(30))
+    grad = db.grad(energy)
+    jitted = db.jit(grad)
+    for call in range(3):
+        X = RNG.standard_normal((30, 3))
+        assert_same_to_rounding(grad(X, i, j, 0.7), jitted(X, i, j, 0.7))
+    modes = {group.mode for group in loops_of(jitted)}
+    assert "expanded" in modes, modes
+    h, e = 1e-6, np.zeros_like(X)
+    e[4, 2] = h
+    central = (energy(X + e, i, j, 0.7) - energy(X - e, i, j, 0.7)) / (2 * h)
+    np.testing.assert_allclose(jitted(X, i, j, 0.7)[4, 2], central, rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape, mode", [((40, 4), "nested"), ((4, 40), "rows")])
+def test_slices_along_short_and_long_rows(shape, mode):
+    def f(x, a):
+        return (x[:, 1:] - x[:, :-1]) * a + x[:, 1:] * x[:, :-1]
+
+    jitted = db.jit(f)
+    for _ in range(3):
+        x, a = RNG.standard_normal(shape), float(RNG.uniform(1, 2))
+        assert _bits(jitted(x, a)) == _bits(f(x, a))
+    assert {group.mode for group in loops_of(jitted)} == {mode}
