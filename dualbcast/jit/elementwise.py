@@ -42,6 +42,9 @@ MIN_ELEMENTS = 2048
 # Rows shorter than this (x, y, z coordinates) are not looped over one by one (see
 # ElementwiseGroup._mode).
 SHORT_ROWS = 16
+# A loop that hands its records back this many calls in a row (its inputs are not
+# finite, or not of the trace's shapes) is not called again.
+HAND_BACKS = 3
 
 _FLOAT64 = np.dtype(np.float64)
 _NUMBERS = (float, int, np.float64)
@@ -52,26 +55,31 @@ _POSITIONS = "xy"
 _FAST_POWERS = {2: "{x} * {x}", 0.5: "math.sqrt({x})", -1: "1.0 / {x}", 1: "+{x}"}
 
 _HEADER = ("import math\n"
-           "import numpy as np\n"
-           "from dualbcast.kernel.products import nan_safe_product\n\n")
+           "import numpy as np\n\n")
 
 
 def loop_form(record, values):
     """How a loop computes ``record`` per element: ``("form", template)``, the
-    template over ``{x}`` and ``{y}`` (its arguments); ``("read", starts)`` for a basic
-    slice ``a[1:, :-1]`` of an array (read at an offset); ``("scatter", bounds)`` for a
-    slice's cotangent (its input where the slice is, 0 elsewhere); None when a loop
-    does not compute it."""
+    template over ``{x}`` and ``{y}`` (its arguments); ``("read", starts, shape)`` for
+    a basic slice ``a[1:, :-1]`` of an array of ``shape`` (read at the offsets
+    ``starts``); ``("scatter", bounds)`` for a slice's cotangent (its input where the
+    slice is, 0 elsewhere); None when a loop does not compute it (or a loop's result
+    would not be NumPy's: another dtype, another memory order)."""
     if type(record) is not Record or record.kwargs:
         return None
     answer = values[record.out]
-    if type(answer) is not np.ndarray or answer.dtype != _FLOAT64 or not answer.size:
+    if type(answer) is not np.ndarray or answer.dtype != _FLOAT64 or not answer.ndim \
+            or not answer.size:
         return None
     func = record.func
     if func is _scattered:
         return _scatter_form(record, values, answer.shape)
     if func is operator.getitem:
         return _read_form(record, values, answer.shape)
+    if not answer.flags.c_contiguous:
+        # (NumPy gave the layout of its operands, a transposed or Fortran-ordered one:
+        # a loop writes C order, and what reads it next, a sum, would add otherwise)
+        return None
     try:
         form = SCALAR_FORMS.get(OPERATOR_UFUNCS.get(func, func))
     except TypeError:               # (a record's function need not be hashable)
@@ -172,7 +180,7 @@ class ElementwiseGroup:
         self.mode = None            # how (see _mode)
         self.function = self.source = None
         self.failed = False
-        self.calls = 0
+        self.calls = self.handed_back = 0
 
     # ------------------------------------------------------------ building
 
@@ -387,7 +395,9 @@ class ElementwiseGroup:
                 row = (f"{array}[{', '.join(index + [f'lo - {lows[-1]}:hi - {lows[-1]}'])}] "
                        f"if {' and '.join(inside)} else zeros[:hi - lo]")
             lines.append(f"{indent}r{name} = {row}")
-            element.append(f"{name} = r{name}[j]")
+            # (a slice's cotangent is zeros plus the cotangent: -0.0 comes out 0.0)
+            element.append(f"{name} = r{name}[j] + 0.0" if kind == "scatter" else
+                           f"{name} = r{name}[j]")
         lead = "".join(f"i{axis}, " for axis in range(last))
         lines += [f"{indent}p{k} = o{k}[{lead}lo:hi]" for k in range(outputs)]
         lines.append(f"{indent}for j in range(hi - lo):")
@@ -403,9 +413,10 @@ class ElementwiseGroup:
         if function is None:
             if self.failed:
                 return False
-            function = self._compile()
-            if function is None:
-                return False
+            try:
+                function = self._compile()
+            except Exception as error:  # not a user's error: the records run as NumPy calls
+                return self._failed(error)
         args = [self.ints]
         outputs = []
         for _ in self.outputs:
@@ -434,21 +445,31 @@ class ElementwiseGroup:
                 start = time.perf_counter()
                 code = function(*args)
             except Exception as error:  # not a user's error: the records run as NumPy calls
-                self.failed, self.function = True, None
-                logger.warning(f"db.jit: an elementwise loop ({describe(self)}) failed to "
-                               f"compile ({type(error).__name__}: {error}); its records run "
-                               f"as NumPy calls")
-                return False
+                return self._failed(error)
             logger.debug(f"db.jit: an elementwise loop ({describe(self)}) compiled or "
                          f"loaded in {time.perf_counter() - start:.2f} s")
         else:
             code = function(*args)
         self.calls += 1
         if code:
+            self.handed_back += 1
+            if self.handed_back == HAND_BACKS:
+                # (inputs that are not finite, or not of the trace's shapes, every time)
+                self.failed, self.function = True, None
+                logger.debug(f"db.jit: an elementwise loop ({describe(self)}) handed its "
+                             f"records back {HAND_BACKS} calls in a row: they run as NumPy "
+                             f"calls from now on")
             return False
+        self.handed_back = 0
         for slot, out in zip(self.outputs, outputs):
             values[slot] = out
         return True
+
+    def _failed(self, error):
+        self.failed, self.function = True, None
+        logger.warning(f"db.jit: an elementwise loop ({describe(self)}) failed to compile "
+                       f"({type(error).__name__}: {error}); its records run as NumPy calls")
+        return False
 
     def _compile(self):
         """The loop's dispatcher (compiled at its first call), from the disk cache's

@@ -9,9 +9,11 @@ product for two terms).  Three passes over the records, in the spirit of XLA's:
 - **the same computation** (common subexpressions): a record whose function and
   arguments (its traced ones by slot, its constants by value or identity) are another's
   reuses that record's value;
-- **dead records**: a record none of whose values reaches an output, a guard or a
-  shape check does not run -- unless it computes from an integer input (an index
-  gather), which may raise as the eager call would;
+- **dead records**: a view (a slice, a reshape, a broadcast) or a slice's cotangent
+  whose value reaches no output, guard or shape check does not run.  Nothing else is
+  dropped, used or not: any other operation may raise or warn as the eager call would
+  (a logarithm of 0 under ``np.errstate(divide="raise")``, a singular solve, an index
+  out of range);
 - **elementwise groups** (:mod:`.elementwise`): float64 records that a compiled loop
   computes per element (ufuncs with a scalar form, ``nan_safe_product``, a slice's
   cotangent) and that give arrays of one shape, joined into one loop that reads each
@@ -21,15 +23,24 @@ What a plan keeps is the records' order: a group runs where its last record was,
 a group closes as soon as anything else reads one of its values (so that everything
 it reads is computed before it, and everything reading it after).
 
-Records that the outputs, the guards or the shape checks read (``needed``) always run
-in their own slot: they are neither merged away nor kept only inside a loop.
+Records that the outputs, the guards or the shape checks read (``needed``), and the
+records an output is a view of, always run in their own slot: they are neither merged
+away nor kept only inside a loop (two outputs never share memory that the eager call's
+do not).
 """
-import math
+import operator
+import struct
 
 import numpy as np
 
 from ..core.tape import LinearRecord
+from ..rules.common import _scattered
 from .elementwise import ElementwiseGroup, loop_form
+
+# Functions whose records give a view of their first argument (or a copy of it, for a
+# reshape of a non-contiguous array) and raise nothing that the signature does not fix.
+VIEWS = frozenset({np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis,
+                   np.expand_dims, np.squeeze, np.broadcast_to, np.flip, operator.getitem})
 
 # The most records a loop holds: Numba's compile time grows with the loop's length.
 MAX_GROUP = 48
@@ -59,6 +70,7 @@ def plan_records(records, values, leaves, needed, guard_reads):
     """The :class:`Plan` of a staged trace's ``records`` (``values``: the trace's, by
     slot, the first ``leaves`` its inputs; ``needed``: the slots read after the records
     run and by guards; ``guard_reads``: what each guard reads, see :func:`_grouped`)."""
+    needed = _with_viewed(records, needed)
     rename, unique = _same_computations(records, needed)
     kept = _live(unique, rename, needed)
     steps, groups = _grouped(kept, rename, values, needed, guard_reads, leaves)
@@ -78,6 +90,26 @@ def traced_positions(record):
     if type(record) is not LinearRecord:
         traced.update(record.others)
     return traced
+
+
+def is_view(record):
+    """Whether ``record`` is a view of its first argument, the only one traced, by
+    constants (``x[1:, :]``, ``np.reshape(x, shape)``; not ``x[i]`` by a traced index)."""
+    if type(record) is LinearRecord or record.argnums != (0,) or record.others:
+        return False
+    try:
+        return record.func in VIEWS
+    except TypeError:                   # (a record's function need not be hashable)
+        return False
+
+
+def _with_viewed(records, needed):
+    """``needed`` and the slots whose arrays a needed record is a view of."""
+    needed = set(needed)
+    for record in reversed(records):
+        if record.out in needed and is_view(record):
+            needed.add(record.parents[0])
+    return needed
 
 
 # ------------------------------------------------------------- the same computation
@@ -118,11 +150,12 @@ _BY_VALUE = (int, bool, str, bytes, type(None), type(Ellipsis), np.dtype, type)
 
 def _constant_key(value):
     """A constant as part of a key: numbers and strings by value (a float by its bits:
-    0.0 and -0.0 differ), slices and tuples by their parts, anything else (an array,
-    a function) by identity -- the records keep it alive while the plan is made."""
+    0.0 and -0.0 differ, and NaNs of other signs), slices and tuples by their parts,
+    anything else (an array, a function) by identity -- the records keep it alive
+    while the plan is made."""
     kind = type(value)
     if kind is float or kind is np.float64 or kind is np.float32:
-        return (kind, float(value).hex() if math.isfinite(value) else repr(float(value)))
+        return (kind, struct.pack("<d", float(value)))
     if kind in _BY_VALUE or isinstance(value, np.integer) or kind is np.bool_:
         return (kind, value)
     if kind is slice:
@@ -136,31 +169,25 @@ def _constant_key(value):
 # ------------------------------------------------------------------- dead records
 
 def _live(records, rename, needed):
-    """The records whose values reach ``needed``, in order, and those that compute
-    from an integer value (an index may be out of range: the eager call raises)."""
+    """The records that run: all but the views and slices' cotangents whose values
+    reach nothing ``needed`` (see the module's docstring)."""
     live = set(needed)
     kept = []
     for record in reversed(records):
-        if record.out in live or _may_raise(record):
+        if record.out in live or not _removable(record):
             kept.append(record)
             live.update(rename.get(slot, slot) for slot in operand_slots(record))
     kept.reverse()
     return kept
 
 
-def _may_raise(record):
-    if type(record) is LinearRecord:
-        return False
-    values = list(record.args) + list(record.kwargs.values())
-    return any(_integral(value) for value in values)
-
-
-def _integral(value):
-    if type(value) is np.ndarray:
-        return value.dtype.kind in "iub"
-    if type(value) is tuple:
-        return any(map(_integral, value))
-    return False
+def _removable(record):
+    """Whether ``record`` may be left out when nothing reads it: a view, or a slice's
+    cotangent without repeats (zeros plus the cotangent: nothing overflows)."""
+    if is_view(record):
+        return True
+    return type(record) is not LinearRecord and record.func is _scattered \
+        and not record.args[2] and not record.others
 
 
 # ------------------------------------------------------------- elementwise groups
@@ -195,17 +222,27 @@ def _grouped(records, rename, values, needed, guard_reads, leaves):
                 read_outside(rename.get(slot, slot))
             steps.append(("record", record, position))
             continue
+        offset = form[0] in ("read", "scatter")
+        if offset:
+            # (read at an offset: from memory, never from the loop's own values)
+            read_outside(rename.get(record.parents[0], record.parents[0]))
+        if form[0] == "read":
+            # A slice runs as the view it is too (cheap, and what any reader outside
+            # the loop must get: a view, not the loop's copy); the loop reads its base.
+            steps.append(("record", record, position))
         shape = values[record.out].shape
         group = open_groups.get(shape)
         if group is None or len(group.records) >= MAX_GROUP:
             group = open_groups[shape] = ElementwiseGroup(shape)
             groups.append(group)
-        for slot in operand_slots(record):
-            read_outside(rename.get(slot, slot), group)
+        if not offset:
+            for slot in operand_slots(record):
+                read_outside(rename.get(slot, slot), group)
         group.add(record, form, rename, values)
-        member_of[record.out] = group
-        if record.out in needed:
-            group.outputs.add(record.out)
+        if form[0] != "read":
+            member_of[record.out] = group
+            if record.out in needed:
+                group.outputs.add(record.out)
         # The group runs where its last record is: its step moves there.
         if group in placed:
             steps[placed[group]] = None

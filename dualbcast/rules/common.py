@@ -154,8 +154,11 @@ _NAN_SAFE_SCALAR_VJPS = (lambda g, ans, x, local: nan_safe(g, local),
                          lambda g, ans, x, local: nan_safe(g, x))
 _NAN_SAFE_VJPS = (lambda g, ans, x, local: unbroadcast(nan_safe(g, local), shape_of(x)),
                   lambda g, ans, x, local: unbroadcast(nan_safe(g, x), shape_of(local)))
+# (its form: the product, which is the NaN-safe one wherever it is finite; a compiled
+# loop hands a non-finite value back to this function, which meets NumPy's error
+# settings as the eager call does)
 defrule(nan_safe_product, vjps=_NAN_SAFE_VJPS, scalar_vjps=_NAN_SAFE_SCALAR_VJPS,
-        form=ScalarForm("nan_safe_product({x}, {y})"))      # (kernel.products': its bits)
+        form=ScalarForm("{x} * {y}"))
 defjvp(nan_safe_product, _nan_safe_product_jvp)
 
 
