@@ -67,14 +67,14 @@ def generate_staged(plan, guards, records):
     namespace = {"nones": [None] * records, "underflow_ignored": underflow_ignored}
     forward = ["def forward(values):", "    values.extend(nones)",
                "    fast = underflow_ignored()"]
-    guards = list(guards)
+    guards = list(enumerate(guards))
     rename = plan.rename
 
     def guards_before(position):
-        while guards and guards[0][0] <= position:
-            name = f"guard{len(guards)}"
-            namespace[name] = guards.pop(0)[1]
-            forward.append(f"    {name}(values)")
+        while guards and guards[0][1][0] <= position:
+            number, (_, check) = guards.pop(0)
+            namespace[f"guard{number}"] = check
+            forward.append(f"    guard{number}(values)")
 
     for kind, step, position in plan.steps:
         guards_before(position)
