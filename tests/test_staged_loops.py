@@ -6,7 +6,11 @@ Checked against the eager call bit for bit (values, jvps, Hessian-vector product
 to rounding (a gradient computed inside: its backward pass adds in the staged order),
 over random elementwise programs on 1-d to 3-d arrays with broadcasting, slices and
 their cotangents, and NaN, inf and huge values; and that the loops do run."""
+import json
+import os
+import subprocess
 import sys
+import textwrap
 import warnings
 
 import numpy as np
@@ -386,3 +390,49 @@ def test_slices_along_short_and_long_rows(shape, mode):
         x, a = RNG.standard_normal(shape), float(RNG.uniform(1, 2))
         assert _bits(jitted(x, a)) == _bits(f(x, a))
     assert {group.mode for group in loops_of(jitted)} == {mode}
+
+
+_LOOP_SOAK = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import dualbcast as db
+    sys.path.insert(0, {tests!r})
+    from soak import rss_mb
+    elementwise = sys.modules["dualbcast.jit.elementwise"]
+    elementwise.MIN_ELEMENTS = 1
+
+    def energy(u, kappa):
+        gx = u[1:, :] - u[:-1, :]
+        gy = u[:, 1:] - u[:, :-1]
+        return kappa * (np.sum(gx * gx) + np.sum(gy * gy)) + np.sum(u * u * (1.0 - u))
+
+    hvp = lambda u, v, kappa: db.jvp(db.grad(lambda u: energy(u, kappa)), (u,), (v,))[1]
+    jitted = db.jit(hvp)
+    rng = np.random.default_rng(0)
+    rss, same, loops = [], True, []
+    for i in range({count}):
+        k = (i // 10) % {shapes}            # (10 calls a shape; a shape met again
+        shape = (4 + k % 13, 5 + k)         # after 32 others is traced again)
+        u, v = rng.uniform(0.1, 0.9, shape), rng.normal(size=shape)
+        kappa = 1.0 + i / 1000.0
+        same &= jitted(u, v, kappa).tobytes() == hvp(u, v, kappa).tobytes()
+        rss.append(rss_mb())
+        loops.append(len(elementwise.LOOPS))
+    print(json.dumps(dict(rss=rss, same=bool(same), loops=loops)))
+""")
+
+
+def test_a_soak_over_hundreds_of_shapes_compiles_each_loop_once_and_holds_memory_flat():
+    count, shapes = 1500, 100
+    script = _LOOP_SOAK.format(count=count, shapes=shapes, tests=os.path.dirname(__file__))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600, cwd=os.path.dirname(__file__))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["same"]
+    loops = report["loops"]
+    # one loop per structure (and per way of looping: short rows or long), whatever
+    # the shape: none compiled once every shape was met (a shape traced again too)
+    assert 0 < loops[10 * shapes] == loops[-1] <= 16, (loops[10 * shapes], loops[-1])
+    rss = report["rss"]
+    assert rss[-1] - rss[count // 3] < 8, (rss[count // 3], rss[-1])

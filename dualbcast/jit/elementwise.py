@@ -23,6 +23,7 @@ meet it as the eager call does.
 import hashlib
 import math
 import operator
+import threading
 import time
 
 import numpy as np
@@ -42,6 +43,15 @@ MIN_ELEMENTS = 2048
 # Rows shorter than this (x, y, z coordinates) are not looped over one by one (see
 # ElementwiseGroup._mode).
 SHORT_ROWS = 16
+# The loops of the process, by source: one dispatcher per source, shared by every
+# group that has it (a program traced again, another function's).  Numba keeps what it
+# compiles until the process ends, so their number is bounded: past MAX_LOOPS, new
+# groups run as NumPy calls (said once, at INFO).
+LOOPS = {}
+MAX_LOOPS = 256
+_lock = threading.Lock()
+_refused = []
+
 # A loop that hands its records back this many calls in a row (its inputs are not
 # finite, or not of the trace's shapes) is not called again.
 HAND_BACKS = 3
@@ -417,6 +427,8 @@ class ElementwiseGroup:
                 function = self._compile()
             except Exception as error:  # not a user's error: the records run as NumPy calls
                 return self._failed(error)
+            if function is None:
+                return False
         args = [self.ints]
         outputs = []
         for _ in self.outputs:
@@ -472,17 +484,34 @@ class ElementwiseGroup:
         return False
 
     def _compile(self):
-        """The loop's dispatcher (compiled at its first call), from the disk cache's
-        file of its source where there is one."""
-        source = self.source
-        module = load_loop(source, {}, "elementwise", hashlib.sha256(source.encode()).hexdigest()[:24])
-        if module is None:
-            namespace = {}
-            exec(compile(source, "<dualbcast elementwise loop>", "exec"), namespace)
-            self.function = guarded_njit(error_model="numpy", nogil=True)(namespace["loop"])
-        else:
-            self.function = guarded_njit(error_model="numpy", nogil=True, cache=True)(module.loop)
-        return self.function
+        """The loop's dispatcher: the process's one for its source (see
+        :data:`LOOPS`), or a new one (compiled at its first call, from the disk cache's
+        file of its source where there is one); None past :data:`MAX_LOOPS`."""
+        with _lock:
+            function = LOOPS.get(self.source)
+            if function is None:
+                if len(LOOPS) >= MAX_LOOPS:
+                    self.failed = True
+                    if not _refused:
+                        _refused.append(True)
+                        logger.info(f"db.jit: {MAX_LOOPS} different elementwise loops "
+                                    f"compiled in this process; further ones run as NumPy "
+                                    f"calls (compiled code stays in memory until the "
+                                    f"process ends)")
+                    return None
+                function = LOOPS[self.source] = _dispatcher(self.source)
+        self.function = function
+        return function
+
+
+def _dispatcher(source):
+    name = hashlib.sha256(source.encode()).hexdigest()[:24]
+    module = load_loop(source, {}, "elementwise", name)
+    if module is None:
+        namespace = {}
+        exec(compile(source, "<dualbcast elementwise loop>", "exec"), namespace)
+        return guarded_njit(error_model="numpy", nogil=True)(namespace["loop"])
+    return guarded_njit(error_model="numpy", nogil=True, cache=True)(module.loop)
 
 
 def _expanded(array, shape):
