@@ -295,6 +295,7 @@ STEPS = st.lists(st.one_of(
     st.tuples(st.just("ufunc"), st.sampled_from(["sqrt", "abs", "negative", "square",
                                                   "exp"])),
     st.tuples(st.just("stencil"), st.sampled_from([0, -1])),
+    st.tuples(st.just("where"), st.sampled_from([0.0, 0.5])),
     st.tuples(st.just("row"),)), min_size=1, max_size=8)
 
 
@@ -327,6 +328,8 @@ def elementwise_program(steps):
                     v = v[1:] - v[:-1]
                 else:
                     v = v[..., 1:] * v[..., :-1]
+            elif kind == "where":
+                v = np.where(v > step[1], v * s, -v)   # (the mask: checked by a guard)
             elif kind == "row" and np.ndim(v) > 1:
                 v = v * v[:1]                   # broadcast a row
         return np.sum(v * v)
@@ -436,3 +439,17 @@ def test_a_soak_over_hundreds_of_shapes_compiles_each_loop_once_and_holds_memory
     assert 0 < loops[10 * shapes] == loops[-1] <= 16, (loops[10 * shapes], loops[-1])
     rss = report["rss"]
     assert rss[-1] - rss[count // 3] < 8, (rss[count // 3], rss[-1])
+
+
+def test_where_with_a_mask_runs_in_a_loop_forward_and_backward():
+    def energy(x, a):
+        return np.sum(np.where(x > 0, x * a, -x) ** 2)
+
+    grad = db.grad(energy)
+    jitted, value = db.jit(grad), db.jit(energy)
+    signs = np.sign(RNG.standard_normal(3000))      # (the mask: the same on every call)
+    for call in range(4):
+        x = signs * RNG.uniform(0.5, 1.5, 3000)
+        assert_same_to_rounding(grad(x, 1.5), jitted(x, 1.5))
+        assert _bits(value(x, 1.5)) == _bits(energy(x, 1.5))
+    assert any("where" in group.names for group in loops_of(jitted))

@@ -70,7 +70,8 @@ _HEADER = ("import math\n"
 
 def loop_form(record, values):
     """How a loop computes ``record`` per element: ``("form", template)``, the
-    template over ``{x}`` and ``{y}`` (its arguments); ``("read", starts, shape)`` for
+    template over ``{x}`` and ``{y}`` (its arguments); ``("select", template)`` for
+    ``np.where`` (over ``{c}``, ``{x}``, ``{y}``); ``("read", starts, shape)`` for
     a basic slice ``a[1:, :-1]`` of an array of ``shape`` (read at the offsets
     ``starts``); ``("scatter", bounds)`` for a slice's cotangent (its input where the
     slice is, 0 elsewhere); None when a loop does not compute it (or a loop's result
@@ -90,12 +91,14 @@ def loop_form(record, values):
         # (NumPy gave the layout of its operands, a transposed or Fortran-ordered one:
         # a loop writes C order, and what reads it next, a sum, would add otherwise)
         return None
+    traced = dict(zip(record.argnums, record.parents))
+    traced.update(record.others)
+    if func is np.where:
+        return _select_form(record, values, traced, answer.shape)
     try:
         form = SCALAR_FORMS.get(OPERATOR_UFUNCS.get(func, func))
     except TypeError:               # (a record's function need not be hashable)
         return None
-    traced = dict(zip(record.argnums, record.parents))
-    traced.update(record.others)
     if form is None or len(record.args) > len(_POSITIONS) or not all(
             _loopable(values[traced[i]] if i in traced else arg, answer.shape)
             for i, arg in enumerate(record.args)):
@@ -111,12 +114,31 @@ def loop_form(record, values):
     return ("form", form.value)
 
 
+def _select_form(record, values, traced, shape):
+    """``np.where(mask, x, y)``, ``mask`` a bool array (a comparison's, which the
+    replay's guards check) or a bool: ``x`` where it is true, else ``y``."""
+    if len(record.args) != 3 or 0 in traced:
+        return None
+    mask = record.args[0]
+    if not (type(mask) is np.ndarray and mask.dtype == np.bool_ and _broadcasts(mask, shape)
+            or type(mask) is bool):
+        return None
+    if not all(_loopable(values[traced[i]] if i in traced else record.args[i], shape)
+               for i in (1, 2)):
+        return None
+    return ("select", "({y} if not {c} else {x})")
+
+
 def _loopable(value, shape):
     kind = type(value)
     if kind is np.ndarray:
-        return value.dtype == _FLOAT64 and value.ndim <= len(shape) and all(
-            n == m or n == 1 for n, m in zip(value.shape[::-1], shape[::-1]))
+        return value.dtype == _FLOAT64 and _broadcasts(value, shape)
     return kind in _NUMBERS and (kind is not int or abs(value) < 2 ** 53)
+
+
+def _broadcasts(array, shape):
+    return array.ndim <= len(shape) and all(
+        n == m or n == 1 for n, m in zip(array.shape[::-1], shape[::-1]))
 
 
 def _step_one(index, shape):
@@ -212,9 +234,10 @@ class ElementwiseGroup:
                                     self._input(("slot", slot), values[slot]))
                 else:
                     operands.append(self._input(("constant", id(arg)), arg))
-            value = form[1].format(**dict(zip(_POSITIONS, operands)))
+            names = _POSITIONS if kind == "form" else "cxy"
+            value = form[1].format(**dict(zip(names, operands)))
         self.element.append(f"v{record.out} = {value}")
-        if kind == "form":
+        if kind == "form":          # (a selection makes no new value: nothing to check)
             self.element.append(f"bad |= v{record.out} - v{record.out} != 0.0")
         self.records.append(record)
         self.names.append(getattr(record.func, "__name__", type(record.func).__name__))
@@ -519,7 +542,7 @@ def _expanded(array, shape):
     None if it does not broadcast.  A column repeated along the rows (of length 1 or
     stride 0) is written column by column (3x faster than NumPy's copy of the
     broadcast view)."""
-    out = np.empty(shape)
+    out = np.empty(shape, array.dtype)
     if array.shape[:-1] == shape[:-1] and (array.shape[-1] == 1 or array.shape == shape
                                            and array.strides[-1] == 0):
         column = array[..., 0]
