@@ -69,12 +69,12 @@ def jit(fn: Callable) -> Callable:
     run the records as generated Python code.  Values, jvps and Hessian-vector
     products come out bit for bit as the eager call's; a gradient computed inside
     runs its backward pass as recorded operations, which may add cotangents in another
-    order than the eager pass: equal to rounding.  A staged replay runs only what the
-    outputs need (an unused result is not computed, a repeated one once) and runs
-    float64 elementwise operations over 2048 elements or more -- arithmetic, square
-    roots, NaN-safe products, slices and their cotangents -- as compiled loops (one
-    per run of operations over one shape, cached on disk), with NumPy's bits.  Called inside a trace
-    (``db.grad(db.jit(f))``), ``f`` runs as it is.
+    order than the eager pass: equal to rounding.  A staged replay computes a repeated
+    operation once, leaves out unused views, and runs float64 elementwise operations
+    over 2048 elements or more -- arithmetic, square roots, NaN-safe products, slices
+    and their cotangents, ``np.where`` by a mask -- as compiled loops (one per run of
+    operations over one shape, cached on disk), with NumPy's bits.  Called inside a
+    trace (``db.grad(db.jit(f))``), ``f`` runs as it is.
 
     What a replay checks, it checks on every call, and traces again when anything
     differs:
