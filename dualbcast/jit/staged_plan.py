@@ -1,10 +1,11 @@
 """The plan of a staged program's replay: which records run, which are the same
 computation as another, and which run together as one compiled elementwise loop.
 
-A staged trace records everything its function computed, as JAX's jaxpr does, and much
-of it is not needed by the outputs (a Hessian-vector product records the gradient it
-differentiates) or is computed twice (a jvp of ``nan_safe_product`` forms the same
-product for two terms).  Three passes over the records, in the spirit of XLA's:
+A staged trace records everything its function computed, as JAX's jaxpr does: some
+of it twice (a jvp of ``nan_safe_product`` forms the same product for two terms), some
+of it unused (a Hessian-vector product records the gradient it differentiates), and
+most of it elementwise NumPy calls, a pass over memory each.  Three passes over the
+records, in the spirit of XLA's:
 
 - **the same computation** (common subexpressions): a record whose function and
   arguments (its traced ones by slot, its constants by value or identity) are another's
@@ -15,9 +16,10 @@ product for two terms).  Three passes over the records, in the spirit of XLA's:
   (a logarithm of 0 under ``np.errstate(divide="raise")``, a singular solve, an index
   out of range);
 - **elementwise groups** (:mod:`.elementwise`): float64 records that a compiled loop
-  computes per element (ufuncs with a scalar form, ``nan_safe_product``, a slice's
-  cotangent) and that give arrays of one shape, joined into one loop that reads each
-  input once and writes only the values used outside it.
+  computes per element with NumPy's bits (ufuncs with a scalar form,
+  ``nan_safe_product``, slices, a slice's cotangent, ``np.where`` by a mask) and that
+  give arrays of one shape, joined into one loop that reads each input once and writes
+  only the values used outside it.
 
 What a plan keeps is the records' order: a group runs where its last record was, and
 a group closes as soon as anything else reads one of its values (so that everything
