@@ -5,12 +5,8 @@ A replay runs ``gx * gx``, a NaN-safe product, a negation, a slice's cotangent
 (zeros with the slice filled) and the sums of cotangents as a NumPy call each, every
 one a pass over memory with a temporary array.  A loop reads each input once per
 element, keeps what only the loop uses in registers, and writes the values read
-outside it.  What a record computes per element is its rule's scalar form
-(:class:`~dualbcast.core.registry.ScalarForm`, declared beside the rule), and only
-operations that IEEE rounds exactly -- ``+ - * /``, negation, square roots, absolute
-values, NaN-safe products, slices and their cotangents -- so that a loop gives the
-bits NumPy's calls give.  ``exp``, ``log``, ``pow`` and the like stay NumPy calls
-between loops: NumPy's vectorised versions round otherwise than the C library's.
+outside it.  What each record computes per element, with NumPy's bits, is
+:mod:`.loop_forms`'s to say.
 
 A loop's source names no size and no constant: the shape and a slice's bounds are an
 integer array argument, numbers float arguments, so one compile (cached on disk) serves
@@ -22,7 +18,6 @@ meet it as the eager call does.
 """
 import hashlib
 import math
-import operator
 import threading
 import time
 
@@ -30,11 +25,9 @@ import numpy as np
 
 from ..compile_log import logger
 from ..core.operators import OPERATOR_UFUNCS
-from ..core.registry import SCALAR_FORMS
-from ..core.tape import Record
 from ..kernel.cache import load_loop
-from ..rules.common import _scattered
 from ..safe_cache import guarded_njit
+from .loop_forms import POSITIONS
 
 # The fewest elements a loop is compiled for (about 0.4 s, once, then cached on disk):
 # below, the NumPy calls it would replace cost a microsecond or two each, and a
@@ -57,129 +50,9 @@ _refused = []
 HAND_BACKS = 3
 
 _FLOAT64 = np.dtype(np.float64)
-_NUMBERS = (float, int, np.float64)
-_POSITIONS = "xy"
-
-# NumPy's power of an array by these constant exponents is another operation
-# (its ``fast_scalar_power``): the loop computes that one.
-_FAST_POWERS = {2: "{x} * {x}", 0.5: "math.sqrt({x})", -1: "1.0 / {x}", 1: "+{x}"}
 
 _HEADER = ("import math\n"
            "import numpy as np\n\n")
-
-
-def loop_form(record, values):
-    """How a loop computes ``record`` per element: ``("form", template)``, the
-    template over ``{x}`` and ``{y}`` (its arguments); ``("select", template)`` for
-    ``np.where`` (over ``{c}``, ``{x}``, ``{y}``); ``("read", starts, shape)`` for
-    a basic slice ``a[1:, :-1]`` of an array of ``shape`` (read at the offsets
-    ``starts``); ``("scatter", bounds)`` for a slice's cotangent (its input where the
-    slice is, 0 elsewhere); None when a loop does not compute it (or a loop's result
-    would not be NumPy's: another dtype, another memory order)."""
-    if type(record) is not Record or record.kwargs:
-        return None
-    answer = values[record.out]
-    if type(answer) is not np.ndarray or answer.dtype != _FLOAT64 or not answer.ndim \
-            or not answer.size:
-        return None
-    func = record.func
-    if func is _scattered:
-        return _scatter_form(record, values, answer.shape)
-    if func is operator.getitem:
-        return _read_form(record, values, answer.shape)
-    if not answer.flags.c_contiguous:
-        # (NumPy gave the layout of its operands, a transposed or Fortran-ordered one:
-        # a loop writes C order, and what reads it next, a sum, would add otherwise)
-        return None
-    traced = dict(zip(record.argnums, record.parents))
-    traced.update(record.others)
-    if func is np.where:
-        return _select_form(record, values, traced, answer.shape)
-    try:
-        form = SCALAR_FORMS.get(OPERATOR_UFUNCS.get(func, func))
-    except TypeError:               # (a record's function need not be hashable)
-        return None
-    if form is None or len(record.args) > len(_POSITIONS) or not all(
-            _loopable(values[traced[i]] if i in traced else arg, answer.shape)
-            for i, arg in enumerate(record.args)):
-        return None
-    if OPERATOR_UFUNCS.get(func, func) is np.power:
-        # (NumPy's pow of an array may round otherwise than the C library's: only its
-        # fast paths for constant exponents, exact operations, are the loop's)
-        exponent = record.args[1]
-        if func is not operator.pow or 1 in traced or type(exponent) not in (int, float) \
-                or exponent not in _FAST_POWERS:
-            return None
-        return ("form", _FAST_POWERS[exponent])
-    return ("form", form.value)
-
-
-def _select_form(record, values, traced, shape):
-    """``np.where(mask, x, y)``, ``mask`` a bool array (a comparison's, which the
-    replay's guards check) or a bool: ``x`` where it is true, else ``y``."""
-    if len(record.args) != 3 or 0 in traced:
-        return None
-    mask = record.args[0]
-    if not (type(mask) is np.ndarray and mask.dtype == np.bool_ and _broadcasts(mask, shape)
-            or type(mask) is bool):
-        return None
-    if not all(_loopable(values[traced[i]] if i in traced else record.args[i], shape)
-               for i in (1, 2)):
-        return None
-    return ("select", "({y} if not {c} else {x})")
-
-
-def _loopable(value, shape):
-    kind = type(value)
-    if kind is np.ndarray:
-        return value.dtype == _FLOAT64 and _broadcasts(value, shape)
-    return kind in _NUMBERS and (kind is not int or abs(value) < 2 ** 53)
-
-
-def _broadcasts(array, shape):
-    return array.ndim <= len(shape) and all(
-        n == m or n == 1 for n, m in zip(array.shape[::-1], shape[::-1]))
-
-
-def _step_one(index, shape):
-    """Per axis of ``shape``, the ``(start, stop)`` of ``index`` (basic slices of step
-    1 on the leading axes), or None for another index."""
-    parts = index if type(index) is tuple else (index,)
-    if len(parts) > len(shape) or not all(type(part) is slice for part in parts):
-        return None
-    bounds = []
-    for part, n in zip(parts + (slice(None),) * (len(shape) - len(parts)), shape):
-        start, stop, step = part.indices(n)
-        if step != 1:
-            return None
-        bounds.append((start, max(start, stop)))
-    return tuple(bounds)
-
-
-def _scatter_form(record, values, shape):
-    """``_scattered(g, index, False, shape, float64)``: ``g`` where the slice is."""
-    g, index, repeats, full, dtype = record.args
-    if repeats or dtype != _FLOAT64 or tuple(full) != shape or record.argnums != (0,):
-        return None
-    bounds = _step_one(index, shape)
-    g = values[record.parents[0]]
-    if bounds is None or type(g) is not np.ndarray or g.dtype != _FLOAT64 \
-            or g.shape != tuple(stop - start for start, stop in bounds):
-        return None
-    return ("scatter", bounds)
-
-
-def _read_form(record, values, shape):
-    """``a[index]``, basic slices of step 1 of a float64 array: read at an offset."""
-    if record.argnums != (0,) or record.others:
-        return None
-    base = values[record.parents[0]]
-    if type(base) is not np.ndarray or base.dtype != _FLOAT64 or base.ndim != len(shape):
-        return None
-    bounds = _step_one(record.args[1], base.shape)
-    if bounds is None or tuple(stop - start for start, stop in bounds) != shape:
-        return None
-    return ("read", tuple(start for start, _ in bounds), base.shape)
 
 
 class ElementwiseGroup:
@@ -234,7 +107,7 @@ class ElementwiseGroup:
                                     self._input(("slot", slot), values[slot]))
                 else:
                     operands.append(self._input(("constant", id(arg)), arg))
-            names = _POSITIONS if kind == "form" else "cxy"
+            names = POSITIONS[kind]
             value = form[1].format(**dict(zip(names, operands)))
         self.element.append(f"v{record.out} = {value}")
         if kind == "form":          # (a selection makes no new value: nothing to check)

@@ -37,7 +37,8 @@ import numpy as np
 
 from ..core.tape import LinearRecord
 from ..rules.common import _scattered
-from .elementwise import ElementwiseGroup, loop_form
+from .elementwise import ElementwiseGroup
+from .loop_forms import loop_form
 
 # Functions whose records give a view of their first argument (or a copy of it, for a
 # reshape of a non-contiguous array) and raise nothing that the signature does not fix.

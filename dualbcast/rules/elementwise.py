@@ -43,7 +43,7 @@ def elementwise(ufunc, *vjps, partials=None, form=None):
 
 
 # The value per element of these ufuncs, for compiled loops over staged programs
-# (dualbcast.jit.elementwise): operations that IEEE rounds exactly, so that a loop gives
+# (dualbcast.jit.loop_forms): operations that IEEE rounds exactly, so that a loop gives
 # NumPy's bits.  (Not exp, log, pow and the like: NumPy's vectorised versions round
 # otherwise than the C library's, and are as fast as a loop calling those.)
 _VALUES = {np.sqrt: "math.sqrt({x})", np.square: "{x} * {x}", np.reciprocal: "1.0 / {x}",

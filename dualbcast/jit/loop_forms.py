@@ -1,0 +1,144 @@
+"""Which records of a staged program a compiled loop computes, and how, per element
+(:mod:`.elementwise` writes the loops).
+
+A record's form is its rule's scalar form (:class:`~dualbcast.core.registry.ScalarForm`,
+declared beside the rule), and only operations that IEEE rounds exactly -- ``+ - * /``,
+negation, square roots, absolute values, NaN-safe products -- or that make no new value
+-- slices, their cotangents, ``np.where`` by a mask -- so that a loop gives the bits
+NumPy's calls give.  ``exp``, ``log``, ``pow`` and the like stay NumPy calls between
+loops: NumPy's vectorised versions round otherwise than the C library's.  So do
+``np.maximum`` and ``np.minimum``: NumPy's vector loop returns the second operand at a
+tie (``maximum(0.0, -0.0)`` is -0.0), its scalar loop the first.
+"""
+import operator
+
+import numpy as np
+
+from ..core.operators import OPERATOR_UFUNCS
+from ..core.registry import SCALAR_FORMS
+from ..core.tape import Record
+from ..rules.common import _scattered
+
+_FLOAT64 = np.dtype(np.float64)
+_NUMBERS = (float, int, np.float64)
+
+# The names of a form's operands in its template, by kind of form.
+POSITIONS = {"form": "xy", "select": "cxy"}
+
+# NumPy's power of an array by these constant exponents is another operation
+# (its ``fast_scalar_power``): the loop computes that one.
+_FAST_POWERS = {2: "{x} * {x}", 0.5: "math.sqrt({x})", -1: "1.0 / {x}", 1: "+{x}"}
+
+
+def loop_form(record, values):
+    """How a loop computes ``record`` per element: ``("form", template)``, the
+    template over ``{x}`` and ``{y}`` (its arguments); ``("select", template)`` for
+    ``np.where`` (over ``{c}``, ``{x}``, ``{y}``); ``("read", starts, shape)`` for
+    a basic slice ``a[1:, :-1]`` of an array of ``shape`` (read at the offsets
+    ``starts``); ``("scatter", bounds)`` for a slice's cotangent (its input where the
+    slice is, 0 elsewhere); None when a loop does not compute it (or a loop's result
+    would not be NumPy's: another dtype, another memory order)."""
+    if type(record) is not Record or record.kwargs:
+        return None
+    answer = values[record.out]
+    if type(answer) is not np.ndarray or answer.dtype != _FLOAT64 or not answer.ndim \
+            or not answer.size:
+        return None
+    func = record.func
+    if func is _scattered:
+        return _scatter_form(record, values, answer.shape)
+    if func is operator.getitem:
+        return _read_form(record, values, answer.shape)
+    if not answer.flags.c_contiguous:
+        # (NumPy gave the layout of its operands, a transposed or Fortran-ordered one:
+        # a loop writes C order, and what reads it next, a sum, would add otherwise)
+        return None
+    traced = dict(zip(record.argnums, record.parents))
+    traced.update(record.others)
+    if func is np.where:
+        return _select_form(record, values, traced, answer.shape)
+    try:
+        form = SCALAR_FORMS.get(OPERATOR_UFUNCS.get(func, func))
+    except TypeError:               # (a record's function need not be hashable)
+        return None
+    if form is None or len(record.args) > len(POSITIONS["form"]) or not all(
+            _loopable(values[traced[i]] if i in traced else arg, answer.shape)
+            for i, arg in enumerate(record.args)):
+        return None
+    if OPERATOR_UFUNCS.get(func, func) is np.power:
+        # (NumPy's pow of an array may round otherwise than the C library's: only its
+        # fast paths for constant exponents, exact operations, are the loop's)
+        exponent = record.args[1]
+        if func is not operator.pow or 1 in traced or type(exponent) not in (int, float) \
+                or exponent not in _FAST_POWERS:
+            return None
+        return ("form", _FAST_POWERS[exponent])
+    return ("form", form.value)
+
+
+def _select_form(record, values, traced, shape):
+    """``np.where(mask, x, y)``, ``mask`` a bool array (a comparison's, which the
+    replay's guards check) or a bool: ``x`` where it is true, else ``y``."""
+    if len(record.args) != 3 or 0 in traced:
+        return None
+    mask = record.args[0]
+    if not (type(mask) is np.ndarray and mask.dtype == np.bool_ and _broadcasts(mask, shape)
+            or type(mask) is bool):
+        return None
+    if not all(_loopable(values[traced[i]] if i in traced else record.args[i], shape)
+               for i in (1, 2)):
+        return None
+    return ("select", "({y} if not {c} else {x})")
+
+
+def _loopable(value, shape):
+    kind = type(value)
+    if kind is np.ndarray:
+        return value.dtype == _FLOAT64 and _broadcasts(value, shape)
+    return kind in _NUMBERS and (kind is not int or abs(value) < 2 ** 53)
+
+
+def _broadcasts(array, shape):
+    return array.ndim <= len(shape) and all(
+        n == m or n == 1 for n, m in zip(array.shape[::-1], shape[::-1]))
+
+
+def _step_one(index, shape):
+    """Per axis of ``shape``, the ``(start, stop)`` of ``index`` (basic slices of step
+    1 on the leading axes), or None for another index."""
+    parts = index if type(index) is tuple else (index,)
+    if len(parts) > len(shape) or not all(type(part) is slice for part in parts):
+        return None
+    bounds = []
+    for part, n in zip(parts + (slice(None),) * (len(shape) - len(parts)), shape):
+        start, stop, step = part.indices(n)
+        if step != 1:
+            return None
+        bounds.append((start, max(start, stop)))
+    return tuple(bounds)
+
+
+def _scatter_form(record, values, shape):
+    """``_scattered(g, index, False, shape, float64)``: ``g`` where the slice is."""
+    g, index, repeats, full, dtype = record.args
+    if repeats or dtype != _FLOAT64 or tuple(full) != shape or record.argnums != (0,):
+        return None
+    bounds = _step_one(index, shape)
+    g = values[record.parents[0]]
+    if bounds is None or type(g) is not np.ndarray or g.dtype != _FLOAT64 \
+            or g.shape != tuple(stop - start for start, stop in bounds):
+        return None
+    return ("scatter", bounds)
+
+
+def _read_form(record, values, shape):
+    """``a[index]``, basic slices of step 1 of a float64 array: read at an offset."""
+    if record.argnums != (0,) or record.others:
+        return None
+    base = values[record.parents[0]]
+    if type(base) is not np.ndarray or base.dtype != _FLOAT64 or base.ndim != len(shape):
+        return None
+    bounds = _step_one(record.args[1], base.shape)
+    if bounds is None or tuple(stop - start for start, stop in bounds) != shape:
+        return None
+    return ("read", tuple(start for start, _ in bounds), base.shape)
