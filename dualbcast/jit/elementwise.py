@@ -325,29 +325,10 @@ class ElementwiseGroup:
                 return self._failed(error)
             if function is None:
                 return False
-        args = [self.ints]
-        outputs = []
-        for _ in self.outputs:
-            out = np.empty(self.shape)
-            outputs.append(out)
-            args.append(out)
-        expanded = self.mode == "expanded"
-        for (kind, value), (repeated, first) in zip(self.inputs, self.repeated):
-            array = values[value] if kind == "slot" else value
-            if expanded and (array.shape != self.shape or not array.flags.c_contiguous):
-                array = _expanded(array, self.shape)
-                if array is None:
-                    return False            # (another shape than the trace's)
-            elif repeated:
-                strides = array.strides
-                for axis in repeated:
-                    if strides[axis]:
-                        return False        # (not the broadcast view the trace had)
-                array = array[first]
-            # (contiguous rows: the loop's views of them are what LLVM vectorises)
-            args.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
-        for kind, value in self.scalars:
-            args.append(float(values[value]) if kind == "slot" else float(value))
+        outputs = [np.empty(self.shape) for _ in self.outputs]
+        args = self._arguments(values, outputs)
+        if args is None:
+            return False
         if self.calls == 0:
             try:
                 start = time.perf_counter()
@@ -372,6 +353,31 @@ class ElementwiseGroup:
         for slot, out in zip(self.outputs, outputs):
             values[slot] = out
         return True
+
+    def _arguments(self, values, outputs):
+        """The loop's arguments: sizes and bounds, ``outputs``, the arrays it reads as
+        it reads them (C-contiguous; broadcast views without their repeated axes, or
+        written out along short rows), its numbers; None where an array is not as the
+        trace had it."""
+        args = [self.ints] + outputs
+        expanded = self.mode == "expanded"
+        for (kind, value), (repeated, first) in zip(self.inputs, self.repeated):
+            array = values[value] if kind == "slot" else value
+            if expanded and (array.shape != self.shape or not array.flags.c_contiguous):
+                array = _expanded(array, self.shape)
+                if array is None:
+                    return None             # (another shape than the trace's)
+            elif repeated:
+                strides = array.strides
+                for axis in repeated:
+                    if strides[axis]:
+                        return None         # (not the broadcast view the trace had)
+                array = array[first]
+            # (contiguous rows: the loop's views of them are what LLVM vectorises)
+            args.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
+        for kind, value in self.scalars:
+            args.append(float(values[value]) if kind == "slot" else float(value))
+        return args
 
     def _failed(self, error):
         self.failed, self.function = True, None
