@@ -1,6 +1,25 @@
-"""What a soak run in a process of its own reads: its resident memory, and the
-``"dualbcast"`` log's messages (compiles, for one)."""
+"""Soak runs in a process of their own: :func:`run_soak` starts one, and the script
+reads its resident memory and the ``"dualbcast"`` log's messages (compiles, for one)
+with the functions here."""
+import json
 import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_soak(script, **fields):
+    """Run ``script`` (dedented, formatted with ``fields`` and ``tests``, this folder,
+    so that it can import this module) in a new Python process; the JSON object its
+    last line prints."""
+    code = textwrap.dedent(script).format(tests=TESTS, **fields)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600, cwd=TESTS)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def rss_mb():

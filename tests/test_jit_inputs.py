@@ -4,13 +4,8 @@ by value; ints, bools and strings are static; closed-over arrays are constants. 
 what a jitted function says about itself: the ``"dualbcast"`` log, ``explain()``, one
 warning when it runs eagerly on every call."""
 import gc
-import json
 import logging
 import math
-import os
-import subprocess
-import sys
-import textwrap
 import warnings
 import weakref
 
@@ -22,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 import dualbcast as db
 from profiles import examples
+from soak import run_soak
 
 RNG = np.random.default_rng(29)
 
@@ -289,7 +285,7 @@ def test_evicted_programs_are_released():
 
 # ---------------------------------------------------------------- the soak
 
-_SOAK = textwrap.dedent("""
+_SOAK = """
     import json, sys
     import numpy as np
     import dualbcast as db
@@ -320,16 +316,12 @@ _SOAK = textwrap.dedent("""
             warm = len(compiles)
         rss.append(rss_mb())
     print(json.dumps(dict(rss=rss, worst=worst, compiles=len(compiles) - warm)))
-""")
+"""
 
 
 def test_a_soak_over_thousands_of_values_and_hundreds_of_shapes_holds_memory_flat():
     count, shapes = 3000, 100
-    script = _SOAK.format(count=count, shapes=shapes, tests=os.path.dirname(__file__))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=600, cwd=os.path.dirname(__file__))
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_soak(_SOAK, count=count, shapes=shapes)
     assert report["worst"] < 1e-9, report["worst"]
     assert report["compiles"] == 0          # nothing compiled per value or per shape
     rss = report["rss"]

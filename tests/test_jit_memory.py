@@ -4,13 +4,8 @@ scalar arguments and of the constants it closes over, shared by every program of
 source; each jitted function fuses a bounded number of different programs.  Numba never frees compiled
 code, so this is what bounds memory: soaks over hundreds of shapes and values hold RSS
 flat, in a process of their own, and give the eager call's bits on every call."""
-import json
 import logging
 import math
-import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -20,6 +15,7 @@ from hypothesis import strategies as st
 import dualbcast as db
 from dualbcast.jit import compiled
 from replays import programs_of
+from soak import run_soak
 
 pytestmark = pytest.mark.usefixtures("fuse_at_once")
 
@@ -179,7 +175,7 @@ def test_the_process_wide_cache_keeps_the_most_recently_used(monkeypatch):
 
 
 # The soaks run in a process of their own: its RSS is theirs alone.
-_SOAK = textwrap.dedent("""
+_SOAK = """
     import json, sys
     import numpy as np
     import dualbcast as db
@@ -212,17 +208,13 @@ _SOAK = textwrap.dedent("""
     kept = programs_of(vg).fused_functions.functions
     print(json.dumps(dict(rss=rss, mismatches=mismatches, compiles=len(compiles),
                           kept=len(kept))))
-""")
+"""
 
 
 @pytest.mark.parametrize("kind", ["values", "shapes"])
 def test_a_soak_over_hundreds_of_values_or_shapes_holds_memory_flat(kind):
     count = 400
-    script = _SOAK.format(tests=os.path.dirname(__file__), kind=kind, count=count)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_soak(_SOAK, kind=kind, count=count)
     # one fused function compiled (or loaded from the disk cache) for every call
     assert report["compiles"] <= 1 and report["kept"] == 1, report
     assert len(report["rss"]) == count and report["mismatches"] == 0

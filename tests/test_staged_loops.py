@@ -6,11 +6,7 @@ Checked against the eager call bit for bit (values, jvps, Hessian-vector product
 to rounding (a gradient computed inside: its backward pass adds in the staged order),
 over random elementwise programs on 1-d to 3-d arrays with broadcasting, slices and
 their cotangents, and NaN, inf and huge values; and that the loops do run."""
-import json
-import os
-import subprocess
 import sys
-import textwrap
 import warnings
 
 import numpy as np
@@ -21,6 +17,7 @@ from hypothesis import strategies as st
 import dualbcast as db
 from profiles import examples
 from replays import staged_plans
+from soak import run_soak
 from test_jit_adversarial import _bits, assert_same_to_rounding
 
 RNG = np.random.default_rng(17)
@@ -395,7 +392,7 @@ def test_slices_along_short_and_long_rows(shape, mode):
     assert {group.mode for group in loops_of(jitted)} == {mode}
 
 
-_LOOP_SOAK = textwrap.dedent("""
+_LOOP_SOAK = """
     import json, sys
     import numpy as np
     import dualbcast as db
@@ -422,16 +419,12 @@ _LOOP_SOAK = textwrap.dedent("""
         rss.append(rss_mb())
         loops.append(len(elementwise.LOOPS))
     print(json.dumps(dict(rss=rss, same=bool(same), loops=loops)))
-""")
+"""
 
 
 def test_a_soak_over_hundreds_of_shapes_compiles_each_loop_once_and_holds_memory_flat():
     count, shapes = 1500, 100
-    script = _LOOP_SOAK.format(count=count, shapes=shapes, tests=os.path.dirname(__file__))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=600, cwd=os.path.dirname(__file__))
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_soak(_LOOP_SOAK, count=count, shapes=shapes)
     assert report["same"]
     loops = report["loops"]
     # one loop per structure (and per way of looping: short rows or long), whatever
