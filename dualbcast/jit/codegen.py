@@ -79,33 +79,18 @@ def generate_staged(plan, guards, records):
     for kind, step, position in plan.steps:
         guards_before(position)
         if kind == "record":
-            forward.append(f"    values[{step.out}] = {_renamed_call(step, rename, namespace)}")
+            forward.append(f"    values[{step.out}] = {_call(step.out, step, namespace, rename)[0]}")
             continue
         indent = "    "
         if step.fused:
             namespace[f"group{step.records[0].out}"] = step
             forward.append(f"    if not (fast and group{step.records[0].out}(values)):")
             indent += "    "
-        forward += [f"{indent}values[{record.out}] = {_renamed_call(record, rename, namespace)}"
+        forward += [f"{indent}values[{record.out}] = {_call(record.out, record, namespace, rename)[0]}"
                     for record in step.records]
     guards_before(float("inf"))
     exec(compile("\n".join(forward) + "\n", "<dualbcast staged replay>", "exec"), namespace)
     return namespace["forward"]
-
-
-def _renamed_call(record, rename, namespace):
-    """Source of the call computing ``record``'s value, its traced arguments read from
-    the slots ``rename`` gives (a record computing the same as another reads its)."""
-    k = record.out
-    namespace[f"f{k}"] = record.op if type(record) is LinearRecord else record.func
-    traced = {i: rename.get(slot, slot) for i, slot in zip(record.argnums, record.parents)}
-    if type(record) is not LinearRecord:
-        traced.update((i, rename.get(slot, slot)) for i, slot in record.others)
-    args = ", ".join(_arguments(k, record.args, traced, namespace))
-    if type(record) is not LinearRecord and record.kwargs:
-        namespace[f"w{k}"] = record.kwargs
-        return f"f{k}({args}, **w{k})" if args else f"f{k}(**w{k})"
-    return f"f{k}({args})"
 
 
 def _with_guards(records, guards, namespace, forward):
@@ -121,19 +106,23 @@ def _with_guards(records, guards, namespace, forward):
             yield k, records[k]
 
 
-def _call(k, record, namespace):
+def _call(k, record, namespace, rename=None):
     """``(source of the call computing the record's value, its argument list,
-    its keywords)``, the function and constants bound in ``namespace``."""
+    its keywords)``, the function and constants bound in ``namespace``; its traced
+    arguments read from the slots ``rename`` gives, if given (a staged plan's: a
+    record computing the same as another reads that one's)."""
     namespace[f"f{k}"] = record.op if type(record) is LinearRecord else record.func
     traced = dict(zip(record.argnums, record.parents))
     if type(record) is not LinearRecord:
         traced.update(record.others)
+    if rename:
+        traced = {i: rename.get(slot, slot) for i, slot in traced.items()}
     args = ", ".join(_arguments(k, record.args, traced, namespace))
     keywords = ""
     if type(record) is not LinearRecord and record.kwargs:
         namespace[f"w{k}"] = record.kwargs
         keywords = f", **w{k}"
-    return f"f{k}({args}{keywords})", args, keywords
+    return f"f{k}({args}{keywords if args else keywords[2:]})", args, keywords
 
 
 def _arguments(k, saved, traced, namespace):
