@@ -144,6 +144,15 @@ class LinearRecord:
         self.args, self.partials_of, self.argnums = args, partials_of, argnums
 
 
+def traced_positions(record):
+    """``{argument position: slot}`` of the traced arguments of ``record`` (a
+    :class:`Record`, differentiated or not, or a :class:`LinearRecord`)."""
+    traced = dict(zip(record.argnums, record.parents))
+    if type(record) is not LinearRecord:
+        traced.update(record.others)
+    return traced
+
+
 class Recorder:
     """What a tape tells whoever records it as a program (the base does nothing).
 

@@ -22,7 +22,7 @@ loops) is written out as one function, ``forward(values)``.
 import numpy as np
 
 from ..core.tape import (LinearRecord, RuleRecord, SparseCotangent, accumulate,
-                         underflow_ignored)
+                         traced_positions, underflow_ignored)
 
 
 def generate(records, guards, leaves, output):
@@ -112,9 +112,7 @@ def _call(k, record, namespace, rename=None):
     arguments read from the slots ``rename`` gives, if given (a staged plan's: a
     record computing the same as another reads that one's)."""
     namespace[f"f{k}"] = record.op if type(record) is LinearRecord else record.func
-    traced = dict(zip(record.argnums, record.parents))
-    if type(record) is not LinearRecord:
-        traced.update(record.others)
+    traced = traced_positions(record)
     if rename:
         traced = {i: rename.get(slot, slot) for i, slot in traced.items()}
     args = ", ".join(_arguments(k, record.args, traced, namespace))

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..compile_log import logger
 from ..core.operators import OPERATOR_UFUNCS
+from ..core.tape import traced_positions
 from ..kernel.cache import load_loop
 from ..safe_cache import guarded_njit
 from .loop_forms import POSITIONS
@@ -91,8 +92,7 @@ class ElementwiseGroup:
 
     def add(self, record, form, rename, values):
         """Take ``record`` (its slot's value, per element, ``v<slot>``)."""
-        traced = dict(zip(record.argnums, record.parents))
-        traced.update(record.others)
+        traced = traced_positions(record)
         kind = form[0]
         if kind in ("read", "scatter"):
             slot = rename.get(record.parents[0], record.parents[0])

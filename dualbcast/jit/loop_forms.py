@@ -16,7 +16,7 @@ import numpy as np
 
 from ..core.operators import OPERATOR_UFUNCS
 from ..core.registry import SCALAR_FORMS
-from ..core.tape import Record
+from ..core.tape import Record, traced_positions
 from ..rules.common import _scattered
 
 _FLOAT64 = np.dtype(np.float64)
@@ -53,8 +53,7 @@ def loop_form(record, values):
         # (NumPy gave the layout of its operands, a transposed or Fortran-ordered one:
         # a loop writes C order, and what reads it next, a sum, would add otherwise)
         return None
-    traced = dict(zip(record.argnums, record.parents))
-    traced.update(record.others)
+    traced = traced_positions(record)
     if func is np.where:
         return _select_form(record, values, traced, answer.shape)
     try:

@@ -35,7 +35,7 @@ import struct
 
 import numpy as np
 
-from ..core.tape import LinearRecord
+from ..core.tape import LinearRecord, traced_positions
 from ..rules.common import _scattered
 from .elementwise import ElementwiseGroup
 from .loop_forms import loop_form
@@ -85,14 +85,6 @@ def operand_slots(record):
     if type(record) is LinearRecord:
         return record.parents
     return record.parents + tuple(slot for _, slot in record.others)
-
-
-def traced_positions(record):
-    """``{argument position: slot}`` of ``record``'s traced arguments."""
-    traced = dict(zip(record.argnums, record.parents))
-    if type(record) is not LinearRecord:
-        traced.update(record.others)
-    return traced
 
 
 def is_view(record):
