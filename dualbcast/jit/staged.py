@@ -254,7 +254,7 @@ class StagedProgram:
         plan = self.plan
         loops = "".join(f"; a loop of {describe(group)}" for group in plan.groups)
         return (f"replayed as generated Python code: {plan.removed} records of the trace "
-                f"not run (unused or computed twice){loops}")
+                f"not run (unused views, or computed twice){loops}")
 
     def _interpreted(self):
         """``forward(values)`` as a loop over the records (a program too long to be
