@@ -39,9 +39,9 @@ def fuse_at_once(monkeypatch):
     """db.jit records at the first call, generates at the first replay, fuses at the
     next (jit's own policy, set for the fusion tests so that they say what they rely
     on)."""
-    from dualbcast.jit import program as replay    # (after the cache is set, above)
-    monkeypatch.setattr(replay.Program, "GENERATE_AFTER", 1)
-    monkeypatch.setattr(replay.Program, "FUSE_AFTER", 1)
+    from dualbcast.jit import policy    # (after the cache is set, above)
+    monkeypatch.setattr(policy, "GENERATE_AFTER", 1)
+    monkeypatch.setattr(policy, "FUSE_AFTER", 1)
 
 
 @pytest.fixture

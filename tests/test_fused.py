@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 import dualbcast as db
-from dualbcast.jit import program as replay
-from dualbcast.jit import fusion
+from dualbcast.jit import policy
 from dualbcast.jit.fused_runtime import exact_sum
 from replays import programs_of
 
@@ -393,7 +392,7 @@ def test_parameters_do_not_grow_with_the_kernel_sums():
 
 
 def test_a_program_at_the_cap_fuses_and_one_above_it_is_replayed_unfused(fused_runs):
-    cap = replay.Program.FUSE_UP_TO
+    cap = policy.FUSE_UP_TO
     argsets = [(RNG.uniform(0, 1, 16),) for _ in range(4)]
     vg = _agree(records_program(cap + 1, kernels=4), argsets)
     assert _records(vg) == cap + 1
@@ -407,7 +406,7 @@ def test_a_program_at_the_cap_fuses_and_one_above_it_is_replayed_unfused(fused_r
 def test_the_cap_holds_the_source_within_its_bound():
     """FUSE_UP_TO records of the longest kinds of record stay within MAX_STATEMENTS
     lines, the bound on the compile's time and memory."""
-    cap = replay.Program.FUSE_UP_TO
+    cap = policy.FUSE_UP_TO
 
     def divisions(xs):
         total = xs[0]
@@ -427,12 +426,12 @@ def test_the_cap_holds_the_source_within_its_bound():
         vg = db.jit(db.value_and_grad(f))
         vg(*args), vg(*args)
         assert _records(vg) <= cap
-        assert 0.5 * fusion.MAX_STATEMENTS < _program(vg).fusion.source.count("\n") \
-            <= fusion.MAX_STATEMENTS
+        assert 0.5 * policy.MAX_STATEMENTS < _program(vg).fusion.source.count("\n") \
+            <= policy.MAX_STATEMENTS
 
 
 def test_a_function_longer_than_the_bound_is_not_fused_and_still_right(monkeypatch, fused_runs):
-    monkeypatch.setattr(fusion, "MAX_STATEMENTS", 60)
+    monkeypatch.setattr(policy, "MAX_STATEMENTS", 60)
     argsets = [(RNG.uniform(0, 1, 16),) for _ in range(4)]
     vg = _agree(records_program(12), argsets)
     assert _program(vg).fusion is None and fused_runs == []

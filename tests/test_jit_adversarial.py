@@ -844,7 +844,7 @@ def test_large_non_differentiated_arguments_are_inputs_neither_copied_nor_compar
     # were constants (copied at the trace, compared before each replay).  Arguments
     # are inputs: replayed on what they hold at each call, never copied.
     import tracemalloc
-    from dualbcast.jit.recorder import COPY_LIMIT
+    from dualbcast.jit.policy import COPY_LIMIT
     data = np.linspace(0.0, 1.0, 2 * COPY_LIMIT // 8)
     f = lambda x, data: np.sum(x * data[:3]) + data[-1]
     eager = db.value_and_grad(f)

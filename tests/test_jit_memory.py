@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dualbcast as db
-from dualbcast.jit import compiled
+from dualbcast.jit import compiled, policy
 from replays import programs_of
 from soak import run_soak
 
@@ -128,7 +128,7 @@ def test_a_jitted_function_fuses_a_bounded_number_of_different_programs(
     """Programs whose records differ (a loop as long as an argument) each need a
     fused function of their own: past MAX_FUNCTIONS they are replayed unfused, with
     the same bits, and the log says so once."""
-    monkeypatch.setattr(compiled.FusedFunctions, "MAX_FUNCTIONS", 2)
+    monkeypatch.setattr(policy, "MAX_FUNCTIONS", 2)
     caplog.set_level(logging.INFO, logger="dualbcast")
 
     def horner(x, n):
@@ -152,7 +152,7 @@ def test_a_jitted_function_fuses_a_bounded_number_of_different_programs(
 
 
 def test_the_process_wide_cache_keeps_the_most_recently_used(monkeypatch):
-    monkeypatch.setattr(compiled, "SHARED", 2)
+    monkeypatch.setattr(policy, "SHARED_FUNCTIONS", 2)
     monkeypatch.setattr(compiled, "_shared", compiled.OrderedDict())
 
     class Fake:

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dualbcast as db
-from dualbcast.jit import program as replay
+from dualbcast.jit import policy
 from dualbcast.testing import check_grads
 from replays import programs_of
 
@@ -24,7 +24,7 @@ RNG = np.random.default_rng(7)
 def replay_mode(request, monkeypatch):
     """Every test twice: replays interpreted, and replays running generated code from
     the second replay on (programs are recorded at the first call)."""
-    monkeypatch.setattr(replay.Program, "GENERATE_AFTER",
+    monkeypatch.setattr(policy, "GENERATE_AFTER",
                         1 if request.param == "generated" else 10 ** 9)
     return request.param
 
@@ -504,7 +504,7 @@ def test_jit_records_at_the_first_call():
 
 
 def test_generated_code_takes_over_after_enough_replays(monkeypatch):
-    monkeypatch.setattr(replay.Program, "GENERATE_AFTER", 3)
+    monkeypatch.setattr(policy, "GENERATE_AFTER", 3)
     vg = db.jit(db.value_and_grad(eam(np, rho.sum)))
     want = db.value_and_grad(eam(np, rho.sum))
     programs = programs_of(vg)
@@ -637,8 +637,8 @@ def test_numbers_and_dict_keys_by_their_bits():
 
 
 def test_a_long_program_is_not_generated(monkeypatch):
-    monkeypatch.setattr(replay.Program, "GENERATE_AFTER", 1)
-    monkeypatch.setattr(replay.Program, "GENERATE_UP_TO", 10)
+    monkeypatch.setattr(policy, "GENERATE_AFTER", 1)
+    monkeypatch.setattr(policy, "GENERATE_UP_TO", 10)
 
     def fold(xs):
         total = xs[0]

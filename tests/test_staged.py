@@ -370,11 +370,11 @@ def test_memory_stays_bounded_over_thousands_of_replays():
 
 
 def test_a_program_too_long_to_generate_is_interpreted_with_the_same_bits():
-    from dualbcast.jit.program import Program
+    from dualbcast.jit import policy
 
     def f(x):
         total = 0.0
-        for i in range(Program.GENERATE_UP_TO // 2):
+        for i in range(policy.GENERATE_UP_TO // 2):
             total = total + x[i % 3] * 1.0001 + 0.5 * np.sin(x[(i + 1) % 3])
         return total
 

@@ -6,7 +6,6 @@ Checked against the eager call bit for bit (values, jvps, Hessian-vector product
 to rounding (a gradient computed inside: its backward pass adds in the staged order),
 over random elementwise programs on 1-d to 3-d arrays with broadcasting, slices and
 their cotangents, and NaN, inf and huge values; and that the loops do run."""
-import sys
 import warnings
 
 import numpy as np
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 
 import dualbcast as db
 from profiles import examples
+from dualbcast.jit import policy
 from replays import staged_plans
 from soak import run_soak
 from test_jit_adversarial import _bits, assert_same_to_rounding
@@ -26,7 +26,7 @@ RNG = np.random.default_rng(17)
 @pytest.fixture(autouse=True)
 def loops_at_every_size(monkeypatch):
     # (loops are compiled from 2048 elements on: these tests' arrays are smaller)
-    monkeypatch.setattr(sys.modules["dualbcast.jit.elementwise"], "MIN_ELEMENTS", 1)
+    monkeypatch.setattr(policy, "LOOP_MIN_ELEMENTS", 1)
 
 
 def loops_of(jitted):
@@ -398,8 +398,8 @@ _LOOP_SOAK = """
     import dualbcast as db
     sys.path.insert(0, {tests!r})
     from soak import rss_mb
-    elementwise = sys.modules["dualbcast.jit.elementwise"]
-    elementwise.MIN_ELEMENTS = 1
+    from dualbcast.jit import elementwise, policy
+    policy.LOOP_MIN_ELEMENTS = 1
 
     def energy(u, kappa):
         gx = u[1:, :] - u[:-1, :]

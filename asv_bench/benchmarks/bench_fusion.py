@@ -9,7 +9,7 @@ fresh process with an empty dualbcast cache.
 The compile grew as the square of the program (a degree-40 Horner polynomial, 81
 records: 4.7 s; 40 sums folded, 120 records: 19 s and 650 MB); it is now linear
 (~10-20 ms a record on top of ~0.5 s), which ``track_marginal_seconds_per_record``
-shows as a flat line over the sizes.  Program.FUSE_UP_TO (100 records) is the cap beyond which nothing is fused.
+shows as a flat line over the sizes.  policy.FUSE_UP_TO (100 records) is the cap beyond which nothing is fused.
 
 All the processes run once, in ``setup_cache`` (~30 s in all): each ``track_``
 reads its number.

@@ -30,7 +30,7 @@ import numba
 import numpy as np
 
 import dualbcast as db
-from dualbcast.jit.program import Program
+from dualbcast.jit import policy
 from dualbcast.vmath import explog, trig
 
 from .bench_kernels import best_time
@@ -109,12 +109,12 @@ class Fused:
 
     def setup(self, case):
         self.fused = make_call(case, "dualbcast_jit")
-        self.saved = Program.FUSE_AFTER
-        Program.FUSE_AFTER = 10 ** 9        # (make_call warms up 10^4 calls at most)
+        self.saved = policy.FUSE_AFTER
+        policy.FUSE_AFTER = 10 ** 9        # (make_call warms up 10^4 calls at most)
         self.generated = make_call(case, "dualbcast_jit")
 
     def teardown(self, case):
-        Program.FUSE_AFTER = self.saved
+        policy.FUSE_AFTER = self.saved
 
     def track_fused_over_generated(self, case):
         return best_time(self.fused) / best_time(self.generated)

@@ -14,7 +14,7 @@ import numba
 import numpy as np
 
 import dualbcast as db
-from dualbcast.jit.program import Program
+from dualbcast.jit import policy
 from dualbcast.vmath.explog import exp as vexp
 
 # The kernels, coefficients and fused Numba loops of the kernel benchmarks.
@@ -363,7 +363,7 @@ def warmed_up(call, system):
     dualbcast's jit replayed until its program is generated and, where it can be, fused."""
     calls = 1
     if system == "dualbcast_jit":
-        calls = 2 + Program.GENERATE_AFTER + min(Program.FUSE_AFTER, 10 ** 4)
+        calls = 2 + policy.GENERATE_AFTER + min(policy.FUSE_AFTER, 10 ** 4)
     for _ in range(calls):
         call()
     return call

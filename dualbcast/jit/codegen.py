@@ -1,6 +1,6 @@
 """A replay as Python source: a traced program's forward and backward passes written
 out as two straight-line functions, compiled once for a program replayed often
-(:attr:`.program.Program.GENERATE_AFTER` times: compiling costs ~150 µs per record).
+(:data:`.policy.GENERATE_AFTER` times: compiling costs ~150 µs per record).
 
 Interpreting a tape costs ~1 µs per record (unpacking the record, binding arguments,
 appending a new record, then the backward loop's dispatch); for the small programs

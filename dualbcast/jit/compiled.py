@@ -13,10 +13,10 @@ So:
   of its non-differentiated floats;
 - it is shared by every program, of any jitted function, of the same
   :attr:`.fusion.Fusion.key` (its source and the kernel loops and helpers it calls),
-  through a process-wide cache of the :data:`SHARED` most recently used;
+  through a process-wide cache of the :data:`.policy.SHARED_FUNCTIONS` most recently used;
 - each jitted function keeps the fused functions its programs used (a program traced
   again after its signature was evicted finds its function there), at most
-  :attr:`FusedFunctions.MAX_FUNCTIONS` different ones: past that its programs are
+  :data:`.policy.MAX_FUNCTIONS` different ones: past that its programs are
   replayed unfused (as generated Python code, the same bits), and the ``"dualbcast"``
   logger says so once, at INFO.
 
@@ -27,19 +27,14 @@ import threading
 from collections import OrderedDict
 
 from ..compile_log import logger
+from . import policy
 
-SHARED = 64             # fused functions the process-wide cache keeps (the oldest dropped)
 _shared = OrderedDict()     # Fusion.key -> (dispatcher, the objects its key names)
 _lock = threading.Lock()
 
 
 class FusedFunctions:
     """The fused functions of one jitted function's programs, by key."""
-
-    # Different fused functions one jitted function compiles or shares: a function
-    # whose programs keep changing (a Python loop as long as an argument's value, a
-    # branch on one) would otherwise compile one per program.
-    MAX_FUNCTIONS = 8
 
     __slots__ = ("name", "functions", "refused")
 
@@ -51,14 +46,14 @@ class FusedFunctions:
     def function_for(self, fusion):
         """The dispatcher of ``fusion``'s function: this jitted function's, another's
         of the same key, or a new one (compiled at its first call); None past
-        :attr:`MAX_FUNCTIONS`."""
+        :data:`.policy.MAX_FUNCTIONS`."""
         key = fusion.key
         found = self.functions.get(key)
         if found is None:
-            if len(self.functions) >= self.MAX_FUNCTIONS:
+            if len(self.functions) >= policy.MAX_FUNCTIONS:
                 if not self.refused:
                     self.refused = True
-                    logger.info(f"db.jit of {self.name}: {self.MAX_FUNCTIONS} different "
+                    logger.info(f"db.jit of {self.name}: {policy.MAX_FUNCTIONS} different "
                                 f"programs fused, the others are replayed unfused (a fused "
                                 f"function stays in memory until the process ends)")
                 return None
@@ -70,6 +65,6 @@ class FusedFunctions:
         with _lock:
             _shared[key] = found            # (the most recently used last)
             _shared.move_to_end(key)
-            while len(_shared) > SHARED:
+            while len(_shared) > policy.SHARED_FUNCTIONS:
                 _shared.popitem(last=False)
         return found[0]

@@ -28,27 +28,16 @@ from ..core.operators import OPERATOR_UFUNCS
 from ..core.tape import traced_positions
 from ..kernel.cache import load_loop
 from ..safe_cache import guarded_njit
+from . import policy
 from .loop_forms import POSITIONS
 
-# The fewest elements a loop is compiled for (about 0.4 s, once, then cached on disk):
-# below, the NumPy calls it would replace cost a microsecond or two each, and a
-# program replayed a few times would not win its compile back.
-MIN_ELEMENTS = 2048
-# Rows shorter than this (x, y, z coordinates) are not looped over one by one (see
-# ElementwiseGroup._mode).
-SHORT_ROWS = 16
 # The loops of the process, by source: one dispatcher per source, shared by every
 # group that has it (a program traced again, another function's).  Numba keeps what it
-# compiles until the process ends, so their number is bounded: past MAX_LOOPS, new
-# groups run as NumPy calls (said once, at INFO).
+# compiles until the process ends, so their number is bounded: past policy.MAX_LOOPS,
+# new groups run as NumPy calls (said once, at INFO).
 LOOPS = {}
-MAX_LOOPS = 256
 _lock = threading.Lock()
 _refused = []
-
-# A loop that hands its records back this many calls in a row (its inputs are not
-# finite, or not of the trace's shapes) is not called again.
-HAND_BACKS = 3
 
 _FLOAT64 = np.dtype(np.float64)
 
@@ -172,11 +161,11 @@ class ElementwiseGroup:
         return name
 
     def finish(self):
-        """Decide whether the group runs as a loop: over :data:`MIN_ELEMENTS` or more,
-        and not for one plain ufunc (or a view), as fast as a NumPy call; a NaN-safe
-        product (three passes in NumPy) or a slice's cotangent (zeros, then a write)
-        gains alone."""
-        self.fused = math.prod(self.shape) >= MIN_ELEMENTS and (
+        """Decide whether the group runs as a loop: over
+        :data:`.policy.LOOP_MIN_ELEMENTS` or more, and not for one plain ufunc (or a
+        view), as fast as a NumPy call; a NaN-safe product (three passes in NumPy) or a
+        slice's cotangent (zeros, then a write) gains alone."""
+        self.fused = math.prod(self.shape) >= policy.LOOP_MIN_ELEMENTS and (
             not all(self.plain) or sum(name != "getitem" for name in self.names) > 1)
         if self.fused:
             self.mode = self._mode()
@@ -199,9 +188,11 @@ class ElementwiseGroup:
         whole = [f"i{axis}" for axis in range(len(self.shape))]
         if all(kind == "full" and parts == whole for kind, _, _, parts in self.reads):
             return "flat"
-        if all(kind == "full" for kind, *_ in self.reads) and self.shape[-1] < SHORT_ROWS:
+        if self.shape[-1] >= policy.LOOP_SHORT_ROWS:
+            return "rows"
+        if all(kind == "full" for kind, *_ in self.reads):
             return "expanded"
-        if self.shape[-1] < SHORT_ROWS and all(kind != "scatter" for kind, *_ in self.reads):
+        if all(kind != "scatter" for kind, *_ in self.reads):
             return "nested"
         return "rows"
 
@@ -342,12 +333,12 @@ class ElementwiseGroup:
         self.calls += 1
         if code:
             self.handed_back += 1
-            if self.handed_back == HAND_BACKS:
+            if self.handed_back == policy.LOOP_HAND_BACKS:
                 # (inputs that are not finite, or not of the trace's shapes, every time)
                 self.failed, self.function = True, None
                 logger.debug(f"db.jit: an elementwise loop ({describe(self)}) handed its "
-                             f"records back {HAND_BACKS} calls in a row: they run as NumPy "
-                             f"calls from now on")
+                             f"records back {policy.LOOP_HAND_BACKS} calls in a row: they "
+                             f"run as NumPy calls from now on")
             return False
         self.handed_back = 0
         for slot, out in zip(self.outputs, outputs):
@@ -388,15 +379,15 @@ class ElementwiseGroup:
     def _compile(self):
         """The loop's dispatcher: the process's one for its source (see
         :data:`LOOPS`), or a new one (compiled at its first call, from the disk cache's
-        file of its source where there is one); None past :data:`MAX_LOOPS`."""
+        file of its source where there is one); None past :data:`.policy.MAX_LOOPS`."""
         with _lock:
             function = LOOPS.get(self.source)
             if function is None:
-                if len(LOOPS) >= MAX_LOOPS:
+                if len(LOOPS) >= policy.MAX_LOOPS:
                     self.failed = True
                     if not _refused:
                         _refused.append(True)
-                        logger.info(f"db.jit: {MAX_LOOPS} different elementwise loops "
+                        logger.info(f"db.jit: {policy.MAX_LOOPS} different elementwise loops "
                                     f"compiled in this process; further ones run as NumPy "
                                     f"calls (compiled code stays in memory until the "
                                     f"process ends)")

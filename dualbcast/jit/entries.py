@@ -16,10 +16,8 @@ import numpy as np
 
 from ..compile_log import logger
 from ..core.pytree import flatten
+from . import policy
 from .signature import Unreplayable, free_variables, signature
-
-# Calls of a jitted function that ran eagerly, none replayed, before it warns.
-WARN_AFTER = 10
 
 
 class Entry:
@@ -82,6 +80,25 @@ class Signatures:
             entry = self.entries[key] = Entry(describe_arguments(args, kwargs, inputs))
         return entry, arrays
 
+    def runs_eagerly(self, entry, arrays):
+        """Whether a call of ``entry``'s signature that did not replay runs as ``f``
+        runs rather than traced: its programs cannot be replayed, its control flow
+        changes on most calls, or its constant arguments ``arrays`` are too large to
+        compare on every call (said on the log, and counted)."""
+        size = sum(a.nbytes for a in arrays)
+        if entry.wanted and size > policy.COPY_LIMIT:
+            # Arguments this large would be copied and compared on every replay (a
+            # 400 MB one: 400 MB and ~0.1 s a call): more than replaying saves.
+            self.not_recorded(entry, f"its constant arguments (bool, complex or object "
+                                     f"arrays) hold {size / 2 ** 20:.1f} MiB, compared on "
+                                     f"every call past {policy.COPY_LIMIT // 1024} KiB; pass "
+                                     f"them as float or integer arrays")
+        if entry.wanted:
+            return False
+        self.ran_eagerly(entry, entry.why if not entry.replayable else
+                         "control flow on traced values changed on most calls")
+        return True
+
     # ------------------------------------------------------------------ events
 
     def ran_eagerly(self, entry, why):
@@ -142,7 +159,7 @@ class Signatures:
             return
         entries = self.entries.values()
         calls = self.unkeyed + sum(entry.eager + entry.traces for entry in entries)
-        if calls >= WARN_AFTER and not any(entry.replays for entry in entries):
+        if calls >= policy.WARN_AFTER and not any(entry.replays for entry in entries):
             self.warned = True
             warnings.warn(f"db.jit of {self.name} has run eagerly on all of its {calls} calls "
                           f"(db.jit is doing nothing for it): {why}; the jitted function's "

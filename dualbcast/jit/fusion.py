@@ -32,8 +32,8 @@ a non-finite element of a scaled gradient, hands the call back to the generated
 replay, which meets the warning as a trace would.
 
 Compiling costs about a second, so a program is fused only after
-:attr:`Program.FUSE_AFTER <.program.Program>` replays, and only up to
-:attr:`Program.FUSE_UP_TO <.program.Program>` records and :data:`MAX_STATEMENTS`
+:data:`.policy.FUSE_AFTER` replays, and only up to
+:data:`.policy.FUSE_UP_TO` records and :data:`.policy.MAX_STATEMENTS`
 lines of source (which bound the compile's time and memory); the function is
 cached on disk next to the kernels' loops (its file is named by a hash of its source,
 which names the loops' files, which are named by the kernels' fingerprints).  The
@@ -63,6 +63,7 @@ from ..kernel.threads import ThreadChoice, launch_threads, next_chunk, run_as_ch
 from ..rules.fast import SUM_COTANGENT_FORM, kernel_sum_loop
 from .fused_runtime import (_GRADIENT_SOURCE, _add_to, _libm_pow, _nan_safe, _where,
                             chunk_sum, exact_sum, numpy_sum)
+from . import policy
 from .segments import BLOCK, SegmentSource, find_segments
 
 _FLOAT64 = np.dtype(np.float64)
@@ -71,19 +72,12 @@ _CONSTANTS = (float, int, np.float64)
 _INT64 = np.iinfo(np.int64)
 _NAN = float("nan")
 
-# The longest fused function written, in lines of its source (about one statement
-# each): the bound on the compile's time and memory, whatever the records (Numba's
-# compile cannot be limited in its own process: its size is).  Program.FUSE_UP_TO
-# records of the longest kind (scalar leaves folded: 11 lines a record) stay within it.
-# Measured (2 cores, Xeon): the compile's peak RSS grows by ~0.07 MB a line at most,
-# so by less than ~100 MB at this bound, in ~2.5 s.
-MAX_STATEMENTS = 1200
 
 
 def plan_fusion(records, values, leaves, output, guards):
     """A :class:`Fusion` of the program (its records as one run made them, with that
     run's ``values``); :class:`NotFusable`, saying why, if it is not of the kind
-    described above, or its function would be longer than :data:`MAX_STATEMENTS`."""
+    described above, or its function would be longer than :data:`.policy.MAX_STATEMENTS`."""
     if guards:
         raise NotFusable("control flow on traced values (the fused function has no guards)")
     if output is None or type(values[output]) not in _SCALARS:
@@ -222,9 +216,9 @@ class _Writer:
             else:
                 result.append(f"{self.h[leaf]}, {self.g[leaf]}")
         lines.append(f"    return ({', '.join(result)})")
-        if len(lines) > MAX_STATEMENTS:
+        if len(lines) > policy.MAX_STATEMENTS:
             raise NotFusable(f"its fused function would be {len(lines)} lines long, "
-                              f"past the bound of {MAX_STATEMENTS}")
+                              f"past the bound of {policy.MAX_STATEMENTS}")
         source = "\n".join(lines) + "\n"
         if self.stores:
             source = _GRADIENT_SOURCE + source

@@ -24,7 +24,7 @@ from ..core.api import value_and_grad
 from .entries import Signatures
 from .out import written_into
 from .program import GuardFailed, compile_program
-from .recorder import COPY_LIMIT, ProgramRecorder
+from .recorder import ProgramRecorder
 from .signature import Unreplayable, signature
 from .staged import StagedPrograms
 
@@ -355,17 +355,7 @@ class Call:
         """The value and gradient, traced; the trace's program kept for replays."""
         entry, programs = self.entry, self.programs
         f = programs.f
-        size = sum(a.nbytes for a in self.arrays)
-        if entry.wanted and size > COPY_LIMIT:
-            # Arguments this large would be copied and compared on every replay (a
-            # 400 MB one: 400 MB and ~0.1 s a call): more than replaying saves.
-            programs.not_recorded(entry, f"its constant arguments (bool, complex or object "
-                                         f"arrays) hold {size / 2 ** 20:.1f} MiB, compared "
-                                         f"on every call past {COPY_LIMIT // 1024} KiB; pass "
-                                         f"them as float or integer arrays")
-        if not entry.wanted:
-            programs.ran_eagerly(entry, entry.why if not entry.replayable else
-                                 "control flow on traced values changed on most calls")
+        if programs.runs_eagerly(entry, self.arrays):
             return value_and_gradient(f, args, positions, out, single, trace_value(f, kwargs))
         recorder = ProgramRecorder(f)
         # What the program is checked against later, taken before f runs (f may write

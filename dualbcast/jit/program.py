@@ -21,6 +21,7 @@ from ..core.tape import (LinearRecord, RuleRecord, accumulate, backward, ignore_
 from ..rules.fast import kernel_prepared
 from .codegen import generate
 from .fusion import NotFusable, plan_fusion
+from . import policy
 from .recorder import Slot
 from .signature import identical
 
@@ -31,18 +32,6 @@ class GuardFailed(Exception):
 
 class Program:
     """A traced program, ready to run on new values of the same signature."""
-
-    # Runs after which the program is written out as Python code (compiling it costs
-    # ~150 µs per record) and planned for fusion.  jit wants the final form early:
-    # the first replay generates, the next fuses.
-    GENERATE_AFTER = 1
-    GENERATE_UP_TO = 2000       # records: Python's compile time grows faster than that
-    # Short-path runs after which a fusable program is compiled (about a second, then
-    # cached on disk), and the most records fused: the compile grows linearly, ~15 ms
-    # a record on top of ~0.5 s (2 cores, Xeon), so 100 records take about 2 s and
-    # stay within fusion.MAX_STATEMENTS lines, the bound on the compile's memory.
-    FUSE_AFTER = 1
-    FUSE_UP_TO = 100
 
     __slots__ = ("steps", "guards", "generated", "runs", "output", "leaves", "slots",
                  "fusion", "short_runs", "assumptions", "fused_functions", "not_fused")
@@ -87,7 +76,7 @@ class Program:
             for step in self.steps:
                 step(tape, values, tape.records)
             self.runs += 1
-            if self.runs == self.GENERATE_AFTER and len(tape.records) <= self.GENERATE_UP_TO:
+            if self.runs == policy.GENERATE_AFTER and len(tape.records) <= policy.GENERATE_UP_TO:
                 self._generate(tape.records, values)
         kind, output = self.output
         return (output if kind == "constant" else Box(values[output], output, tape)), residuals
@@ -97,8 +86,8 @@ class Program:
         # the trace kept.
         output = self.output[1] if self.output[0] == "slot" else None
         self.generated = generate(records, self.guards, self.leaves, output)
-        if len(records) > self.FUSE_UP_TO:
-            self.not_fused = f"{len(records)} records, past the {self.FUSE_UP_TO} fused"
+        if len(records) > policy.FUSE_UP_TO:
+            self.not_fused = f"{len(records)} records, past the {policy.FUSE_UP_TO} fused"
             return
         try:
             self.fusion = plan_fusion(records, values, self.leaves, output, self.guards)
@@ -116,7 +105,7 @@ class Program:
         first = None                    # the first call compiles: reported
         if fusion.function is None:
             self.short_runs += 1
-            if self.short_runs < self.FUSE_AFTER:
+            if self.short_runs < policy.FUSE_AFTER:
                 return None
             try:
                 fusion.function = self.fused_functions.function_for(fusion)
@@ -126,7 +115,7 @@ class Program:
             if fusion.function is None:
                 self.fusion = None
                 self.not_fused = (f"its jitted function has fused "
-                                  f"{self.fused_functions.MAX_FUNCTIONS} other programs (a "
+                                  f"{policy.MAX_FUNCTIONS} other programs (a "
                                   f"fused function stays in memory until the process ends)")
                 return None
             first = watching(fusion.function, lambda: f"a db.jit program of {self.slots} "
@@ -154,8 +143,8 @@ class Program:
             return ("fused into one Numba function" if self.fusion.function is not None
                     else "to be fused at its next call")
         if self.generated is None:
-            if self.runs >= self.GENERATE_AFTER:
-                return (f"replayed interpreted: more than {self.GENERATE_UP_TO} records "
+            if self.runs >= policy.GENERATE_AFTER:
+                return (f"replayed interpreted: more than {policy.GENERATE_UP_TO} records "
                         f"(not generated as code, not fused)")
             return "to be generated as code and planned for fusion at its next replay"
         return f"not fused: {self.not_fused}"

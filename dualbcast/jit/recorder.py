@@ -7,6 +7,7 @@ import numpy as np
 
 from ..core.box import Box
 from ..core.tape import Recorder
+from . import policy
 
 
 class Slot:
@@ -18,11 +19,6 @@ class Slot:
         self.slot = slot
 
 
-# A constant array above this size that a record does not copy anyway makes the program
-# unreplayable rather than copied: no copy the size of the work.  So do non-differentiated
-# argument arrays above it in all (jitted.py).  Comparing 256 KiB costs ~10-15 us a
-# replay on this machine (~50 us per MiB), about what replaying saves on a small program.
-COPY_LIMIT = 1 << 18
 
 
 class ProgramRecorder(Recorder):
@@ -71,11 +67,11 @@ class ProgramRecorder(Recorder):
             self._refuse(f"a constant {type(original).__name__} that NumPy converts "
                          f"(it may give other values each time)")
             return kept
-        large = _nbytes(original) > COPY_LIMIT
+        large = _nbytes(original) > policy.COPY_LIMIT
         if kept is original and _mutable(original):
             if large:
                 self._refuse(f"{_named(original, self.f)} ({_nbytes(original) / 2 ** 20:.1f} "
-                             f"MiB) is a constant, not copied past {COPY_LIMIT // 1024} KiB "
+                             f"MiB) is a constant, not copied past {policy.COPY_LIMIT // 1024} KiB "
                              f"to be compared on every call: pass it as an argument "
                              f"(arguments are inputs, never compared)")
                 return kept

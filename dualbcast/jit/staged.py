@@ -20,9 +20,10 @@ from ..core.tape import raise_float_errors, restore_float_errors
 from ..core.trace import start_tracing, stop_tracing, trace_arguments, tracing_state
 from .codegen import generate_staged
 from .entries import Signatures
-from .program import Assumptions, GuardFailed, Program, _steps, program_guards
+from .program import Assumptions, GuardFailed, _steps, program_guards
 from .elementwise import describe
-from .recorder import COPY_LIMIT, ProgramRecorder, Slot
+from . import policy
+from .recorder import ProgramRecorder, Slot
 from .staged_plan import operand_slots, plan_records
 
 _FLOAT_SCALARS = (float, np.float64, np.float32, np.float16)
@@ -95,18 +96,7 @@ class StagedPrograms(Signatures):
                 restore_float_errors(errors)
         elif entry.traces:
             why = entry.why
-        if not entry.wanted:
-            self.ran_eagerly(entry, entry.why if not entry.replayable else
-                             "control flow on traced values changed on most calls")
-            return f(*args, **kwargs)
-        size = sum(a.nbytes for a in arrays)
-        if size > COPY_LIMIT:
-            # (arguments this large would be copied and compared on every call)
-            self.not_recorded(entry, f"its constant arguments (bool, complex or object "
-                                     f"arrays) hold {size / 2 ** 20:.1f} MiB, compared on "
-                                     f"every call past {COPY_LIMIT // 1024} KiB; pass "
-                                     f"them as float or integer arrays")
-            self.ran_eagerly(entry, entry.why)
+        if self.runs_eagerly(entry, arrays):
             return f(*args, **kwargs)
         return self._trace(entry, args, kwargs, inputs, arrays, why)
 
@@ -214,7 +204,7 @@ class StagedProgram:
                        if type(values[record.out]) is np.ndarray
                        and any(_integral(values[slot]) for slot in operand_slots(record))]
         self.plan = None
-        if len(self.records) <= Program.GENERATE_UP_TO:
+        if len(self.records) <= policy.GENERATE_UP_TO:
             guard_reads = [(position, _slots_read(args, kwargs))
                            for position, _, args, kwargs, _ in recorder.guards]
             needed = {output[1] for output in outputs if output[0] == "slot"}

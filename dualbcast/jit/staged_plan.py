@@ -37,6 +37,7 @@ import numpy as np
 
 from ..core.tape import LinearRecord, traced_positions
 from ..rules.common import _scattered
+from . import policy
 from .elementwise import ElementwiseGroup
 from .loop_forms import loop_form
 
@@ -44,9 +45,6 @@ from .loop_forms import loop_form
 # reshape of a non-contiguous array) and raise nothing that the signature does not fix.
 VIEWS = frozenset({np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis,
                    np.expand_dims, np.squeeze, np.broadcast_to, np.flip, operator.getitem})
-
-# The most records a loop holds: Numba's compile time grows with the loop's length.
-MAX_GROUP = 48
 
 
 class Plan:
@@ -227,7 +225,7 @@ def _grouped(records, rename, values, needed, guard_reads, leaves):
             steps.append(("record", record, position))
         shape = values[record.out].shape
         group = open_groups.get(shape)
-        if group is None or len(group.records) >= MAX_GROUP:
+        if group is None or len(group.records) >= policy.LOOP_MAX_RECORDS:
             group = open_groups[shape] = ElementwiseGroup(shape)
             groups.append(group)
         if not offset:
