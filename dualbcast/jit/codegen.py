@@ -79,15 +79,17 @@ def generate_staged(plan, guards, records):
     for kind, step, position in plan.steps:
         guards_before(position)
         if kind == "record":
-            forward.append(f"    values[{step.out}] = {_call(step.out, step, namespace, rename)[0]}")
+            call = _call(step.out, step, namespace, rename)[0]
+            forward.append(f"    values[{step.out}] = {call}")
             continue
         indent = "    "
         if step.fused:
             namespace[f"group{step.records[0].out}"] = step
             forward.append(f"    if not (fast and group{step.records[0].out}(values)):")
             indent += "    "
-        forward += [f"{indent}values[{record.out}] = {_call(record.out, record, namespace, rename)[0]}"
-                    for record in step.records]
+        for record in step.records:
+            call = _call(record.out, record, namespace, rename)[0]
+            forward.append(f"{indent}values[{record.out}] = {call}")
     guards_before(float("inf"))
     exec(compile("\n".join(forward) + "\n", "<dualbcast staged replay>", "exec"), namespace)
     return namespace["forward"]

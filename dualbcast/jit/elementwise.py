@@ -206,8 +206,8 @@ class ElementwiseGroup:
                   + [f"s{k}" for k in range(len(self.scalars))])
         lines = [f"def loop({', '.join(params)}):"]
         lines += [f"    n{axis} = n[{axis}]" for axis in range(ndim)]
-        checks = self.checks + [f"{array}.shape[{axis}] != " + ("1" if part == "0" else
-                                                                 f"n{part[1:]}")
+        # (a read of shape 1 along an axis broadcasts: part "0")
+        checks = self.checks + [f"{array}.shape[{axis}] != {'1' if part == '0' else 'n' + part[1:]}"
                                 for kind, _, array, parts in self.reads if kind == "full"
                                 for axis, part in enumerate(parts)]
         if checks:
@@ -429,4 +429,3 @@ def _expanded(array, shape):
 def describe(group):
     """A group, for the log and ``explain()``."""
     return f"{len(group.names)} records over {group.shape} ({', '.join(group.names)})"
-

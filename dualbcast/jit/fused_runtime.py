@@ -3,7 +3,7 @@ library's ``pow`` as NumPy's scalar power calls it, ``math.fsum`` for the chunks
 partial sums, a select, and the small steps of the backward pass — each a choice a
 record's backward pass makes, as a call, so the fused function stays one block of
 straight-line code (Numba compiles that in time linear in its length).  The
-``_GRADIENT_SOURCE`` helpers are compiled with the fused module itself, from a rule's
+``GRADIENT_SOURCE`` helpers are compiled with the fused module itself, from a rule's
 form."""
 import numpy as np
 from llvmlite import ir
@@ -16,7 +16,7 @@ from ..safe_cache import guarded_njit
 
 
 @intrinsic
-def _libm_pow(typingctx, x, y):
+def libm_pow(typingctx, x, y):
     """The C library's ``pow``, as NumPy's scalar power calls it; declared
     ``nobuiltin`` so that LLVM keeps the call (it would rewrite pow(x, 2.0) as x * x)."""
     def codegen(context, builder, signature, args):
@@ -174,14 +174,14 @@ def _block_sum(a, lo, n):
 # value has a name of its own.
 
 @guarded_njit(error_model="numpy", cache=True)
-def _where(condition, x, y):
+def where(condition, x, y):
     """``x if condition else y``; both already computed (pure float expressions:
     evaluating the branch not taken changes nothing)."""
     return x if condition else y
 
 
 @guarded_njit(error_model="numpy", cache=True)
-def _add_to(live, reached, g, ct, bad):
+def add_to(live, reached, g, ct, bad):
     """``(g, reached, bad)`` once ``ct`` is added to a scalar's cotangent ``g`` where
     ``live`` (the first is kept as it is: None + ct is ct, where 0.0 + -0.0 would not
     be -0.0), and the sum checked: ``bad`` is nan once one is not finite (nor then is
@@ -193,7 +193,7 @@ def _add_to(live, reached, g, ct, bad):
 
 
 @guarded_njit(error_model="numpy", cache=True)
-def _nan_safe(ct, g):
+def nan_safe(ct, g):
     """A vjp's cotangent, 0 where the cotangent ``g`` it came from is 0 (NaN-safe as
     the vjps are)."""
     return 0.0 if ct != ct and g == 0.0 else ct
@@ -223,7 +223,7 @@ def _each(name, element):
             f"    return _NAN if bad else 0.0\n\n")
 
 
-_GRADIENT_SOURCE = (
+GRADIENT_SOURCE = (
     _each("_scale_all", SUM_COTANGENT_FORM.format(x="{x}", g="b"))
     + _each("_add_all", "{x} + b[{i}]")
     + """

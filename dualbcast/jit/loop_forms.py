@@ -17,7 +17,7 @@ import numpy as np
 from ..core.operators import OPERATOR_UFUNCS
 from ..core.registry import SCALAR_FORMS
 from ..core.tape import Record, traced_positions
-from ..rules.common import _scattered
+from ..rules.common import scattered
 
 _FLOAT64 = np.dtype(np.float64)
 _NUMBERS = (float, int, np.float64)
@@ -45,7 +45,7 @@ def loop_form(record, values):
             or not answer.size:
         return None
     func = record.func
-    if func is _scattered:
+    if func is scattered:
         return _scatter_form(record, values, answer.shape)
     if func is operator.getitem:
         return _read_form(record, values, answer.shape)
@@ -118,7 +118,7 @@ def _step_one(index, shape):
 
 
 def _scatter_form(record, values, shape):
-    """``_scattered(g, index, False, shape, float64)``: ``g`` where the slice is."""
+    """``scattered(g, index, False, shape, float64)``: ``g`` where the slice is."""
     g, index, repeats, full, dtype = record.args
     if repeats or dtype != _FLOAT64 or tuple(full) != shape or record.argnums != (0,):
         return None

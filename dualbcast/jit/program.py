@@ -45,7 +45,7 @@ class Program:
         self.slots = len(tape.values)
         self.output = ("slot", output.slot) if type(output) is Box else ("constant", output)
         self.guards = program_guards(recorder)
-        self.steps = _steps(tape.records, self.guards)
+        self.steps = interpreted_steps(tape.records, self.guards)
         self.generated = None       # (forward, backward) once generated
         self.runs = 0
         self.fusion = None          # the program as one Numba function, if it can be
@@ -227,7 +227,7 @@ def compile_program(tape, recorder, output, arrays, free, fused_functions):
     return Program(tape, recorder, output, arrays, free, fused_functions)
 
 
-def _steps(records, guards):
+def interpreted_steps(records, guards):
     """One closure per record and guard, in trace order: ``step(tape, values,
     records)`` appends the record's value and its new record."""
     steps = []
@@ -328,4 +328,3 @@ def _bind(arg, values):
     if type(arg) in (list, tuple):
         return type(arg)(_bind(item, values) for item in arg)
     return arg
-

@@ -19,8 +19,6 @@ class Slot:
         self.slot = slot
 
 
-
-
 class ProgramRecorder(Recorder):
     """``guards``: ``(record count, func, args, kwargs, expected result)``, traced
     arguments as :class:`Slot`; ``copies``: ``(original, copy)`` of each constant

@@ -127,7 +127,7 @@ def _step(record, values, leaves, first, made, shape, arrays):
             return None, shape
         kernel, prepared = rule
         spec = prepared.loop.spec
-        if prepared.plan.dtype != _FLOAT64 or kernel._jit_options.get("fastmath") \
+        if prepared.plan.dtype != _FLOAT64 or kernel.fastmath \
                 or spec.mode != "partials" or set(spec.active) != set(record.argnums) \
                 or type(values[record.out]) is not np.ndarray:
             return None, shape

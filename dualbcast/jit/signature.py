@@ -24,8 +24,9 @@ class Unreplayable(Exception):
 
 _FLOAT_SCALARS = frozenset({float, np.float64, np.float32, np.float16})
 # Arguments a signature holds by identity: functions and kernels.  A function's closure
-# could change; that is jit's assumption (f computes from its arguments) again.  Not bound methods (obj.apply, d.get, rng.normal): their object's
-# state is part of what they compute.
+# could change; that is jit's assumption (f computes from its arguments) again.  Not
+# bound methods (obj.apply, d.get, rng.normal): their object's state is part of what
+# they compute.
 BY_IDENTITY = {types.FunctionType, np.ufunc, FastBroadcast}
 
 
@@ -132,7 +133,6 @@ _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _bits = struct.Struct("<d").pack        # a float's bits (hex() hides a nan's sign)
 
 
-
 def free_variables(f):
     """A function returning the objects ``f``'s own code names from outside: its
     globals (missing ones as None), its closure cells' contents and its default
@@ -169,5 +169,3 @@ def _names(code):
         if isinstance(constant, types.CodeType):
             names += _names(constant)
     return tuple(names)
-
-

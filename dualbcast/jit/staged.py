@@ -20,7 +20,7 @@ from ..core.tape import raise_float_errors, restore_float_errors
 from ..core.trace import start_tracing, stop_tracing, trace_arguments, tracing_state
 from .codegen import generate_staged
 from .entries import Signatures
-from .program import Assumptions, GuardFailed, _steps, program_guards
+from .program import Assumptions, GuardFailed, interpreted_steps, program_guards
 from .elementwise import describe
 from . import policy
 from .recorder import ProgramRecorder, Slot
@@ -249,7 +249,7 @@ class StagedProgram:
     def _interpreted(self):
         """``forward(values)`` as a loop over the records (a program too long to be
         compiled as Python source in reasonable time)."""
-        steps = _steps(self.records, self.guards)
+        steps = interpreted_steps(self.records, self.guards)
 
         def forward(values):
             records = []

@@ -36,7 +36,7 @@ import struct
 import numpy as np
 
 from ..core.tape import LinearRecord, traced_positions
-from ..rules.common import _scattered
+from ..rules.common import scattered
 from . import policy
 from .elementwise import ElementwiseGroup
 from .loop_forms import loop_form
@@ -179,7 +179,7 @@ def _removable(record):
     cotangent without repeats (zeros plus the cotangent: nothing overflows)."""
     if is_view(record):
         return True
-    return type(record) is not LinearRecord and record.func is _scattered \
+    return type(record) is not LinearRecord and record.func is scattered \
         and not record.args[2] and not record.others
 
 

@@ -120,6 +120,18 @@ class FastBroadcast:
             self.generation += 1
         self.dependencies = dependencies
 
+    @property
+    def fastmath(self) -> bool:
+        """Whether the kernel's loops are compiled with fast-math (their results may
+        differ in the last bits from IEEE arithmetic's)."""
+        return self._jit_options["fastmath"]
+
+    @property
+    def cache_key(self):
+        """What names this generation's compiled code in the disk cache: None where no
+        file names its code (a kernel typed at the prompt), or before its first call."""
+        return self._cache_key
+
     def __repr__(self):
         return f"<fast_broadcast kernel {self.__name__}>"
 

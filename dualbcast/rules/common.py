@@ -223,7 +223,7 @@ def dense_cotangent(sparse, primal):
     (recorded when its values are traced: a backward pass being differentiated)."""
     shape = shape_of(primal)
     dtype = primal.dtype if type(primal) is Box else np.result_type(primal)
-    return apply(_scattered, _SCATTERED_VJPS,
+    return apply(scattered, _SCATTERED_VJPS,
                  (sparse.values, sparse.index, sparse.repeats, shape, dtype))
 
 
@@ -236,9 +236,9 @@ def gather(a, index):
     return a[index]
 
 
-def _scattered(values, index, repeats, shape, dtype):
+def scattered(values, index, repeats, shape, dtype):
     if type(values) is Box:         # traced by an enclosing trace too: recorded there
-        return apply(_scattered, _SCATTERED_VJPS, (values, index, repeats, shape, dtype))
+        return apply(scattered, _SCATTERED_VJPS, (values, index, repeats, shape, dtype))
     buffer = np.zeros(shape, dtype)
     if repeats:
         scatter_add(buffer, index, values)
@@ -250,7 +250,7 @@ def _scattered(values, index, repeats, shape, dtype):
 _SCATTERED_VJPS = (lambda g, ans, values, index, *_: unbroadcast(gather(g, index),
                                                                  shape_of(values)),
                    None, None, None, None)
-deflinear(_scattered)
+deflinear(scattered)
 BACKWARD_OPERATIONS.product = nan_safe
 BACKWARD_OPERATIONS.dense = dense_cotangent
 
