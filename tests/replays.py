@@ -1,14 +1,15 @@
 """The replay programs a jitted function keeps, for tests that check which one ran
 (recorded, generated, fused)."""
 from dualbcast.jit import jitted
+from dualbcast.jit.gradient import GradientPrograms
 
 jitted_module = jitted
 
 
 def programs_of(vg):
-    """The :class:`~dualbcast.jit.jitted.Programs` of ``vg = db.jit(...)``."""
+    """The :class:`~dualbcast.jit.gradient.GradientPrograms` of ``vg = db.jit(...)``."""
     return next(cell.cell_contents for cell in vg.__closure__
-                if type(cell.cell_contents) is jitted.Programs)
+                if type(cell.cell_contents) is GradientPrograms)
 
 
 def staged_programs_of(jitted):

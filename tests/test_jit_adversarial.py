@@ -553,7 +553,7 @@ def test_underflow_error_setting_is_honoured_by_replays():
 
 @pytest.mark.xfail(strict=True, reason="defect (minor): a replay that fails on a float "
                    "error has already emitted NumPy's Python-level warnings, and the trace "
-                   "that follows emits them again (jitted.py Call.replay: warnings are not "
+                   "that follows emits them again (gradient.py Call.replay: warnings are not "
                    "held back while replaying)")
 def test_a_failed_replay_does_not_repeat_warnings():
     def f(x):
@@ -866,7 +866,7 @@ def test_large_non_differentiated_arguments_are_inputs_neither_copied_nor_compar
 
 def _entries(jitted):
     cells = [c.cell_contents for c in jitted.__closure__]
-    programs = next(c for c in cells if type(c).__name__ == "Programs")
+    programs = next(c for c in cells if type(c).__name__ == "GradientPrograms")
     return programs.entries.values()
 
 

@@ -1,31 +1,21 @@
-"""``jit``: a ``grad``/``value_and_grad`` function that records its program once per
-signature and replays it, and the policy that decides when.
+"""``jit``: which programs a jitted function's calls run.
 
-Per signature (:mod:`.signature`) a jitted function keeps an entry: the program its
-last recorded trace made (:mod:`.program`), and counts of traces, replays and guard
-failures.  The first call with a signature traces and records; later calls replay,
-checking first what the signature cannot hold (the free variables of ``f``, argument
-arrays' contents, the constants the records keep) and, on the way, every guard; a
-replay that would differ from a trace gives way to a trace, which records again.
+A gradient (``grad``/``value_and_grad``) whose only inputs are its differentiated
+arguments replays its forward records and the core's backward pass
+(:mod:`.gradient`); a gradient with other inputs, and any other function, is staged
+whole (:mod:`.staged`).  Either keeps one entry per signature (:mod:`.entries`,
+:mod:`.signature`): the first call with a signature traces and records; later calls
+replay, checking first what the signature cannot hold (:class:`.program.Assumptions`)
+and, on the way, every guard; a replay that would differ from a trace gives way to a
+trace, which records again.
 """
 import functools
 from typing import Callable
 
-import numpy as np
-
-from ..core.api import GradientFunction
-from ..core.pytree import unflatten
-from ..core.tape import (Tape, backward, raise_float_errors, restore_float_errors,
-                         underflow_ignored)
-from ..core.trace import (SEED_FOR, ArgumentPositions, gradient_like, leaf_gradients,
-                          trace_value, tracing_state, value_and_gradient)
-from .compiled import FusedFunctions
-from ..core.api import value_and_grad
-from .entries import Signatures
+from ..core.api import GradientFunction, value_and_grad
+from ..core.trace import ArgumentPositions, tracing_state
+from .gradient import GradientPrograms, short_gradients
 from .out import written_into
-from .program import GuardFailed, compile_program
-from .recorder import ProgramRecorder
-from .signature import Unreplayable, signature
 from .staged import StagedPrograms
 
 
@@ -148,11 +138,11 @@ def _jitted(spec):
     f, argnums, out, with_value = spec
     positions_for = ArgumentPositions(argnums, f)      # argnums checked now
     single = positions_for.single
-    programs = Programs(f)
+    programs = GradientPrograms(f)
     # Calls whose other arguments are inputs too (arrays, floats): the gradient staged
     # with them
     staged = StagedGradients(f, argnums, out, single)
-    short = out is None         # the short path of Programs.replay_short
+    short = out is None         # the short path of GradientPrograms.replay_short
 
     by_count = positions_for.by_count
     thread = tracing_state()
@@ -169,7 +159,7 @@ def _jitted(spec):
             replayed = programs.replay_short(args, differentiated, ranks)
             if replayed is not None:
                 value, grads, leaves, structures = replayed
-                gradient = _short_gradients(grads, leaves, structures, single)
+                gradient = short_gradients(grads, leaves, structures, single)
                 return (value, gradient) if with_value else gradient
         result = programs.call(args, kwargs, positions, differentiated, out, single)
         return result if with_value else result[1]
@@ -216,166 +206,3 @@ class StagedGradients:
         if self.out is not None:
             gradient = written_into(self.out, gradient, self.single, args)
         return value, gradient
-
-
-def _short_gradients(grads, leaves, structures, single):
-    """The gradients of a replay on the short path, rebuilt per argument."""
-    if single and structures[0][0] is None:     # one array or float: the common case
-        return gradient_like(leaves[0], grads[0], set())
-    gradients = leaf_gradients(leaves, grads[:len(leaves)], set())
-    results, start = [], 0
-    for tree, count in structures:
-        results.append(gradients[start] if tree is None
-                       else unflatten(tree, gradients[start:start + count]))
-        start += count
-    return results[0] if single else tuple(results)
-
-
-class Programs(Signatures):
-    """The programs of one jitted gradient, by signature."""
-
-    def __init__(self, f):
-        super().__init__(f, "value_and_grad")
-        self.fused_functions = FusedFunctions(self.name)
-
-    def call(self, args, kwargs, positions, differentiated, out, single):
-        """One value and gradient: replayed if it can be, else traced (and recorded)."""
-        entry, arrays = self.entry_for(args, kwargs, differentiated)
-        if entry is None:       # an argument no signature can compare: eager
-            self.ran_eagerly(None, arrays)
-            return value_and_gradient(self.f, args, positions, out, single,
-                                      trace_value(self.f, kwargs))
-        call = Call(self, entry, arrays)
-        why = "the first call with this signature" if not entry.traces else entry.why
-        if call.program is not None:
-            try:
-                return call.replay(args, positions, out, single)
-            except GuardFailed as failed:
-                why = str(failed)
-        return call.trace(args, kwargs, positions, out, single, why)
-
-    def replay_short(self, args, differentiated, ranks):
-        """The common call on a short path: no keyword arguments, a program already
-        generated (or fused), differentiated arguments of arrays and float scalars
-        (alone or in tuples, lists, dicts).  ``(value, cotangents by leaf, leaves,
-        structures)`` (per differentiated argument ``(treedef or None for a lone leaf,
-        number of leaves)``), or None: the caller takes the general path, which also
-        deals with whatever failed here.  ``ranks``: per differentiated argument in
-        argnums' order, its rank among them in argument order."""
-        trees = []
-        try:
-            key, arrays = signature(args, None, differentiated, trees)
-            entry = self.entries.get(key)
-        except (Unreplayable, TypeError):
-            return None
-        program = None if entry is None else entry.program
-        if program is None or program.generated is None or program.output[0] != "slot":
-            return None
-        values, structures = [], []
-        for rank in ranks:      # (trees come in argument order, the leaves' slots in argnums')
-            leaves, tree = trees[rank]
-            values += leaves
-            structures.append((tree, len(leaves)))
-        # (every leaf is a float array or scalar: a program exists only for those)
-        try:
-            program.check(arrays, self.free_variables)
-        except Exception:
-            return None
-        if program.fusion is not None and underflow_ignored():
-            # (the fused code cannot see an underflow the caller wants reported)
-            fused = program.run_fused(values)
-            if fused is not None:
-                entry.replays += 1
-                return fused + (values, structures)
-        tape = Tape(single_use=True)
-        tape.values = values
-        errors = raise_float_errors()
-        try:
-            residuals = program.generated[0](tape, values)
-        except Exception:
-            return None
-        finally:
-            restore_float_errors(errors)
-        output = program.output[1]
-        seed = SEED_FOR.get(type(values[output]))
-        if seed is None:
-            return None
-        entry.replays += 1
-        return (values[output], program.backward(values, residuals, ((output, seed),)),
-                values, structures)
-
-
-class Call:
-    """One call's arguments against its signature's entry (and the entry's program as
-    the call found it: another thread may replace it meanwhile)."""
-
-    __slots__ = ("programs", "entry", "arrays", "program")
-
-    def __init__(self, programs, entry, arrays):
-        self.programs = programs
-        self.entry = entry
-        self.arrays = arrays
-        self.program = entry.program
-
-    def replay(self, args, positions, out, single):
-        """The value and gradient, replayed; :class:`GuardFailed` if they would differ
-        from a trace's (nothing is written to the caller's arrays that a trace will
-        not overwrite).
-
-        An error the trace did not meet also means tracing again: ``f`` may catch it
-        (``try: 1.0 / x``), or run the operation under other NumPy error settings —
-        which is also why a replay raises on floating-point errors NumPy would only
-        warn about: the trace that follows warns (or raises) as ``f`` says."""
-        program = self.program
-        residuals = []
-
-        def forward(tape, traced_args):
-            errors = raise_float_errors()
-            try:
-                output, kept = program.run(tape, self.arrays, self.programs.free_variables)
-            except GuardFailed as failed:
-                self.programs.replay_failed(self.entry, str(failed) or "a guard failed")
-                raise
-            except Exception as error:
-                why = f"the replay raised {type(error).__name__} (the trace will meet it)"
-                self.programs.replay_failed(self.entry, why)
-                raise GuardFailed(why) from None
-            finally:
-                restore_float_errors(errors)
-            self.entry.replays += 1
-            residuals.append(kept)
-            return output
-
-        return value_and_gradient(self.programs.f, args, positions, out, single, forward,
-                                  lambda tape, seeds: program.gradients(tape, residuals[0],
-                                                                        seeds),
-                                  rebuild=False)
-
-    def trace(self, args, kwargs, positions, out, single, why):
-        """The value and gradient, traced; the trace's program kept for replays."""
-        entry, programs = self.entry, self.programs
-        f = programs.f
-        if programs.runs_eagerly(entry, self.arrays):
-            return value_and_gradient(f, args, positions, out, single, trace_value(f, kwargs))
-        recorder = ProgramRecorder(f)
-        # What the program is checked against later, taken before f runs (f may write
-        # into an argument): its free variables and the argument arrays' contents.
-        free = programs.free_variables()
-        arrays = [np.array(a, copy=True) for a in self.arrays]
-        outputs = []
-
-        def forward(tape, traced_args):
-            outputs.append(f(*traced_args, **kwargs))
-            return outputs[0]
-
-        def gradients_of(tape, seeds):
-            program = compile_program(tape, recorder, outputs[0], arrays, free,
-                                      programs.fused_functions)
-            programs.traced(entry, why, recorder)
-            entry.program = program
-            if program is None:
-                programs.not_recorded(entry, recorder.why or "its records are out of order")
-            return backward(tape, seeds)
-
-        return value_and_gradient(f, args, positions, out, single, forward, gradients_of,
-                                  recorder=recorder)

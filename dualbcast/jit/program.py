@@ -1,27 +1,20 @@
 """A recorded program: a trace's records and guards, run again on new values of the
 same signature without running the traced function's Python code.
 
-A program runs interpreted first: one closure per record rebuilds the record on a
-fresh tape (calling the record's function on the new values), the guards are checked
-where the trace met them, and the core's backward pass follows.  After
-``GENERATE_AFTER`` runs its forward and backward passes are written out as Python
-code (:mod:`.codegen`), and a program of kernel sums and scalar arithmetic is planned
-as one Numba function (:mod:`.fusion`), compiled after ``FUSE_AFTER`` short-path runs
-(or found compiled: :mod:`.compiled`).
+What every kind of program shares (:class:`Program`): the guards (control flow on
+traced values, checked where the trace met them), the assumptions checked before a run
+(:class:`Assumptions`), and the interpreter (:func:`interpreted_steps`: one closure
+per record, which calls the record's function on the new values), which runs a
+program until it is written out as Python code (:mod:`.codegen`) and one too long to
+be.
 """
 import operator
 import weakref
 
 import numpy as np
 
-from ..compile_log import logger, watching
-from ..core.box import Box
-from ..core.tape import (LinearRecord, RuleRecord, accumulate, backward, ignore_float_errors,
-                         restore_float_errors)
+from ..core.tape import LinearRecord, RuleRecord
 from ..rules.fast import kernel_prepared
-from .codegen import generate
-from .fusion import NotFusable, plan_fusion
-from . import policy
 from .recorder import Slot
 from .signature import identical
 
@@ -31,141 +24,41 @@ class GuardFailed(Exception):
 
 
 class Program:
-    """A traced program, ready to run on new values of the same signature."""
+    """A trace's records, guards and assumptions, run again on new values of the same
+    signature without running the traced function's Python code.  Of two kinds:
+    :class:`.gradient.GradientProgram` (a gradient's forward records, then the core's
+    backward pass) and :class:`.staged.StagedProgram` (every operation, those of the
+    derivatives computed inside too, recorded)."""
 
-    __slots__ = ("steps", "guards", "generated", "runs", "output", "leaves", "slots",
-                 "fusion", "short_runs", "assumptions", "fused_functions", "not_fused")
+    __slots__ = ("leaves", "guards", "assumptions")
 
-    def __init__(self, tape, recorder, output, arrays, free, fused_functions):
-        """``recorder``: the trace's :class:`.recorder.ProgramRecorder`; ``arrays``:
-        copies of the non-differentiated argument arrays as the trace began; ``free``:
-        f's free variables then (:func:`.signature.free_variables`);
-        ``fused_functions``: the jitted function's :class:`.compiled.FusedFunctions`."""
+    @classmethod
+    def of(cls, tape, recorder, arrays, free, *more):
+        """The program of a finished trace, or None if it cannot be run again: it did
+        what a record cannot describe, or its slots are not in record order.
+        ``recorder``: the trace's :class:`.recorder.ProgramRecorder`; ``arrays``:
+        copies of the constant argument arrays as the trace began; ``free``: f's free
+        variables then (:func:`.signature.free_variables`); ``more``: the kind's own."""
+        if not recorder.replayable:
+            return None
+        leaves = len(tape.values) - len(tape.records)
+        if any(record.out != leaves + k for k, record in enumerate(tape.records)):
+            return None                 # slots not in record order: nothing to rely on
+        return cls(tape, recorder, arrays, free, *more)
+
+    def __init__(self, tape, recorder, arrays, free):
         self.leaves = len(tape.values) - len(tape.records)
-        self.slots = len(tape.values)
-        self.output = ("slot", output.slot) if type(output) is Box else ("constant", output)
         self.guards = program_guards(recorder)
-        self.steps = interpreted_steps(tape.records, self.guards)
-        self.generated = None       # (forward, backward) once generated
-        self.runs = 0
-        self.fusion = None          # the program as one Numba function, if it can be
-        self.not_fused = None       # why it is not, once planned
-        self.short_runs = 0
         self.assumptions = Assumptions(tape, recorder, arrays, free)
-        self.fused_functions = fused_functions
 
     def check(self, arrays, read_free_variables):
         """:class:`GuardFailed` unless what the signature cannot hold is as at the
         trace (see :class:`Assumptions`)."""
         self.assumptions.check(arrays, read_free_variables)
 
-    def run(self, tape, arrays, read_free_variables):
-        """Fill ``tape`` (its input slots already there): ``(output, residuals)``, the
-        output a box or a constant, ``residuals`` what the generated backward pass
-        needs (None for an interpreted run, whose records are on the tape);
-        :class:`GuardFailed` when the program would differ."""
-        self.check(arrays, read_free_variables)
-        values = tape.values
-        if len(values) != self.leaves:
-            raise GuardFailed
-        residuals = None
-        generated = self.generated
-        if generated is not None:
-            residuals = generated[0](tape, values)
-        else:
-            for step in self.steps:
-                step(tape, values, tape.records)
-            self.runs += 1
-            if self.runs == policy.GENERATE_AFTER and len(tape.records) <= policy.GENERATE_UP_TO:
-                self._generate(tape.records, values)
-        kind, output = self.output
-        return (output if kind == "constant" else Box(values[output], output, tape)), residuals
-
-    def _generate(self, records, values):
-        # From this run's records: the program's constants and functions, no values of
-        # the trace kept.
-        output = self.output[1] if self.output[0] == "slot" else None
-        self.generated = generate(records, self.guards, self.leaves, output)
-        if len(records) > policy.FUSE_UP_TO:
-            self.not_fused = f"{len(records)} records, past the {policy.FUSE_UP_TO} fused"
-            return
-        try:
-            self.fusion = plan_fusion(records, values, self.leaves, output, self.guards)
-        except NotFusable as refused:
-            self.not_fused = str(refused)
-        except Exception as error:      # not a user's error: the replay does without
-            self._fusion_failed("planning", error)
-
-    def run_fused(self, values):
-        """The fused program's ``(value, cotangents by leaf)``, or None: not compiled
-        yet (it is after ``FUSE_AFTER`` short-path runs), not to be (the jitted function
-        fused as many programs as it may: see :mod:`.compiled`), or it handed the call
-        back (a non-finite value, an error: the replay will meet it)."""
-        fusion = self.fusion
-        first = None                    # the first call compiles: reported
-        if fusion.function is None:
-            self.short_runs += 1
-            if self.short_runs < policy.FUSE_AFTER:
-                return None
-            try:
-                fusion.function = self.fused_functions.function_for(fusion)
-            except Exception as error:  # not a user's error: the replay does without
-                self._fusion_failed("compiling", error)
-                return None
-            if fusion.function is None:
-                self.fusion = None
-                self.not_fused = (f"its jitted function has fused "
-                                  f"{policy.MAX_FUNCTIONS} other programs (a "
-                                  f"fused function stays in memory until the process ends)")
-                return None
-            first = watching(fusion.function, lambda: f"a db.jit program of {self.slots} "
-                                                      f"values fused into one Numba function")
-        try:
-            if first is None:           # (the hot path: no context manager)
-                return fusion(values)
-            with first:
-                return fusion(values)
-        except Exception as error:
-            self._fusion_failed("running", error)
-            return None
-
-    def _fusion_failed(self, stage, error):
-        """A fused program failed where it should not (not a user's error: the replay
-        does without it, the same bits): said on the log, with the error."""
-        self.fusion = None
-        self.not_fused = f"{stage} the fused function raised {type(error).__name__}: {error}"
-        logger.warning(f"db.jit: {self.not_fused}; the program is replayed unfused (please "
-                       f"report it)", exc_info=error)
-
     def fusion_report(self):
-        """Whether the program runs fused, or why not, for people."""
-        if self.fusion is not None:
-            return ("fused into one Numba function" if self.fusion.function is not None
-                    else "to be fused at its next call")
-        if self.generated is None:
-            if self.runs >= policy.GENERATE_AFTER:
-                return (f"replayed interpreted: more than {policy.GENERATE_UP_TO} records "
-                        f"(not generated as code, not fused)")
-            return "to be generated as code and planned for fusion at its next replay"
-        return f"not fused: {self.not_fused}"
-
-    def gradients(self, tape, residuals, seeds):
-        """The backward pass of a run: cotangents by slot."""
-        if residuals is None:           # an interpreted run: the tape has its records
-            return backward(tape, seeds)
-        return self.backward(tape.values, residuals, seeds)
-
-    def backward(self, values, residuals, seeds):
-        """The generated backward pass, from the generated forward's ``residuals``."""
-        grads = [None] * self.slots
-        owned = bytearray(self.slots)
-        for slot, seed in seeds:
-            accumulate(grads, owned, values, slot, seed)
-        errors = ignore_float_errors()
-        try:
-            return self.generated[1](values, grads, owned, residuals)
-        finally:
-            restore_float_errors(errors)
+        """How the program runs (generated, fused, its loops), or why not, for people."""
+        raise NotImplementedError
 
 
 class Assumptions:
@@ -215,16 +108,6 @@ def program_guards(recorder):
     """The guards a trace's recorder collected, as ``(record count, check)``:
     ``check(values)`` raises :class:`GuardFailed` when the outcome differs."""
     return [(position, _guard(*rest)) for position, *rest in recorder.guards]
-
-
-def compile_program(tape, recorder, output, arrays, free, fused_functions):
-    """The :class:`Program` of a finished trace, or None if it cannot be replayed."""
-    if not recorder.replayable:
-        return None
-    leaves = len(tape.values) - len(tape.records)
-    if any(record.out != leaves + k for k, record in enumerate(tape.records)):
-        return None                     # slots not in record order: nothing to rely on
-    return Program(tape, recorder, output, arrays, free, fused_functions)
 
 
 def interpreted_steps(records, guards):

@@ -20,7 +20,7 @@ from ..core.tape import raise_float_errors, restore_float_errors
 from ..core.trace import start_tracing, stop_tracing, trace_arguments, tracing_state
 from .codegen import generate_staged
 from .entries import Signatures
-from .program import Assumptions, GuardFailed, interpreted_steps, program_guards
+from .program import GuardFailed, Program, interpreted_steps
 from .elementwise import describe
 from . import policy
 from .recorder import ProgramRecorder, Slot
@@ -146,7 +146,7 @@ class StagedPrograms(Signatures):
             return f(*args, **kwargs)
         leaves, tree = flatten(out)
         outputs = [_output(leaf, tape, f) for leaf in leaves]
-        entry.program = StagedProgram.of(tape, recorder, tree, outputs, kept, free)
+        entry.program = StagedProgram.of(tape, recorder, kept, free, tree, outputs)
         if entry.program is None:
             self.not_recorded(entry, recorder.why or "its records are out of order")
         return unflatten(tree, [leaf.value if type(leaf) is Box else leaf for leaf in leaves])
@@ -172,30 +172,19 @@ def _output(leaf, tape, f):
     return ("constant", _fresh(leaf))       # (a copy: the trace hands out the original)
 
 
-class StagedProgram:
-    """A staged trace, ready to run on new values of the same signature."""
+class StagedProgram(Program):
+    """A staged trace: every operation on its inputs recorded, run again as generated
+    Python code (after its plan: :mod:`.staged_plan`) on new values of the signature."""
 
-    __slots__ = ("records", "guards", "forward", "leaves", "tree", "outputs", "assumptions",
-                 "shapes", "plan")
+    __slots__ = ("records", "forward", "tree", "outputs", "shapes", "plan")
 
-    @classmethod
-    def of(cls, tape, recorder, tree, outputs, arrays, free):
-        """The program of a finished staging trace, or None if it cannot be run again
-        (it did what a record cannot describe)."""
-        if not recorder.replayable:
-            return None
-        leaves = len(tape.values) - len(tape.records)
-        if any(record.out != leaves + k for k, record in enumerate(tape.records)):
-            return None
-        return cls(tape, recorder, tree, outputs, arrays, free)
-
-    def __init__(self, tape, recorder, tree, outputs, arrays, free):
+    def __init__(self, tape, recorder, arrays, free, tree, outputs):
+        """``tree``, ``outputs``: the output's structure and where a replay finds each
+        of its leaves (:func:`_output`)."""
+        super().__init__(tape, recorder, arrays, free)
         self.records = tape.records
-        self.guards = program_guards(recorder)
         self.forward = None         # generated at the first run
-        self.leaves = len(tape.values) - len(tape.records)
         self.tree, self.outputs = tree, outputs
-        self.assumptions = Assumptions(tape, recorder, arrays, free)
         # The arrays computed from integer values (an index input, a count): their
         # shapes may follow those values (np.repeat by counts), where f's Python code
         # took the trace's shapes as given; checked after each run.
@@ -211,9 +200,6 @@ class StagedProgram:
             needed.update(slot for slot, _ in self.shapes)
             needed.update(slot for _, slots in guard_reads for slot in slots)
             self.plan = plan_records(self.records, values, self.leaves, needed, guard_reads)
-
-    def check(self, arrays, read_free_variables):
-        self.assumptions.check(arrays, read_free_variables)
 
     def run(self, values):
         """The output on the input leaves ``values`` (a list, extended with every

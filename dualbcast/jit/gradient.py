@@ -1,0 +1,320 @@
+"""The programs of a jitted gradient whose only inputs are its differentiated
+arguments: the trace's forward records, run again on a fresh tape, and the core's
+backward pass after them -- the bits the eager call gives.
+
+A program runs interpreted first (:func:`.program.interpreted_steps`, the core's
+backward pass on the records it made).  After :data:`.policy.GENERATE_AFTER` runs its
+forward and backward passes are written out as Python code (:mod:`.codegen`), and a
+program of kernel sums and scalar arithmetic is planned as one Numba function
+(:mod:`.fusion`), compiled after :data:`.policy.FUSE_AFTER` short-path runs (or found
+compiled: :mod:`.compiled`).
+"""
+import numpy as np
+
+from ..compile_log import logger, watching
+from ..core.box import Box
+from ..core.pytree import unflatten
+from ..core.tape import (Tape, accumulate, backward, ignore_float_errors, raise_float_errors,
+                         restore_float_errors, underflow_ignored)
+from ..core.trace import SEED_FOR, gradient_like, leaf_gradients, trace_value, value_and_gradient
+from . import policy
+from .codegen import generate
+from .compiled import FusedFunctions
+from .entries import Signatures
+from .fusion import NotFusable, plan_fusion
+from .program import GuardFailed, Program, interpreted_steps
+from .recorder import ProgramRecorder
+from .signature import Unreplayable, signature
+
+
+class GradientProgram(Program):
+    """A gradient's traced program: its forward records, replayed on a fresh tape (or
+    as generated code, or fused), and the core's backward pass after them."""
+
+    __slots__ = ("steps", "generated", "runs", "output", "slots", "fusion", "short_runs",
+                 "fused_functions", "not_fused")
+
+    def __init__(self, tape, recorder, arrays, free, output, fused_functions):
+        """``output``: what f returned (a box, or a constant); ``fused_functions``: the
+        jitted function's :class:`.compiled.FusedFunctions`."""
+        super().__init__(tape, recorder, arrays, free)
+        self.slots = len(tape.values)
+        self.output = ("slot", output.slot) if type(output) is Box else ("constant", output)
+        self.steps = interpreted_steps(tape.records, self.guards)
+        self.generated = None       # (forward, backward) once generated
+        self.runs = 0
+        self.fusion = None          # the program as one Numba function, if it can be
+        self.not_fused = None       # why it is not, once planned
+        self.short_runs = 0
+        self.fused_functions = fused_functions
+
+    def run(self, tape, arrays, read_free_variables):
+        """Fill ``tape`` (its input slots already there): ``(output, residuals)``, the
+        output a box or a constant, ``residuals`` what the generated backward pass
+        needs (None for an interpreted run, whose records are on the tape);
+        :class:`GuardFailed` when the program would differ."""
+        self.check(arrays, read_free_variables)
+        values = tape.values
+        if len(values) != self.leaves:
+            raise GuardFailed
+        residuals = None
+        generated = self.generated
+        if generated is not None:
+            residuals = generated[0](tape, values)
+        else:
+            for step in self.steps:
+                step(tape, values, tape.records)
+            self.runs += 1
+            if self.runs == policy.GENERATE_AFTER and len(tape.records) <= policy.GENERATE_UP_TO:
+                self._generate(tape.records, values)
+        kind, output = self.output
+        return (output if kind == "constant" else Box(values[output], output, tape)), residuals
+
+    def _generate(self, records, values):
+        # From this run's records: the program's constants and functions, no values of
+        # the trace kept.
+        output = self.output[1] if self.output[0] == "slot" else None
+        self.generated = generate(records, self.guards, self.leaves, output)
+        if len(records) > policy.FUSE_UP_TO:
+            self.not_fused = f"{len(records)} records, past the {policy.FUSE_UP_TO} fused"
+            return
+        try:
+            self.fusion = plan_fusion(records, values, self.leaves, output, self.guards)
+        except NotFusable as refused:
+            self.not_fused = str(refused)
+        except Exception as error:      # not a user's error: the replay does without
+            self._fusion_failed("planning", error)
+
+    def run_fused(self, values):
+        """The fused program's ``(value, cotangents by leaf)``, or None: not compiled
+        yet (it is after ``FUSE_AFTER`` short-path runs), not to be (the jitted function
+        fused as many programs as it may: see :mod:`.compiled`), or it handed the call
+        back (a non-finite value, an error: the replay will meet it)."""
+        fusion = self.fusion
+        first = None                    # the first call compiles: reported
+        if fusion.function is None:
+            self.short_runs += 1
+            if self.short_runs < policy.FUSE_AFTER:
+                return None
+            try:
+                fusion.function = self.fused_functions.function_for(fusion)
+            except Exception as error:  # not a user's error: the replay does without
+                self._fusion_failed("compiling", error)
+                return None
+            if fusion.function is None:
+                self.fusion = None
+                self.not_fused = (f"its jitted function has fused "
+                                  f"{policy.MAX_FUNCTIONS} other programs (a "
+                                  f"fused function stays in memory until the process ends)")
+                return None
+            first = watching(fusion.function, lambda: f"a db.jit program of {self.slots} "
+                                                      f"values fused into one Numba function")
+        try:
+            if first is None:           # (the hot path: no context manager)
+                return fusion(values)
+            with first:
+                return fusion(values)
+        except Exception as error:
+            self._fusion_failed("running", error)
+            return None
+
+    def _fusion_failed(self, stage, error):
+        """A fused program failed where it should not (not a user's error: the replay
+        does without it, the same bits): said on the log, with the error."""
+        self.fusion = None
+        self.not_fused = f"{stage} the fused function raised {type(error).__name__}: {error}"
+        logger.warning(f"db.jit: {self.not_fused}; the program is replayed unfused (please "
+                       f"report it)", exc_info=error)
+
+    def fusion_report(self):
+        """Whether the program runs fused, or why not, for people."""
+        if self.fusion is not None:
+            return ("fused into one Numba function" if self.fusion.function is not None
+                    else "to be fused at its next call")
+        if self.generated is None:
+            if self.runs >= policy.GENERATE_AFTER:
+                return (f"replayed interpreted: more than {policy.GENERATE_UP_TO} records "
+                        f"(not generated as code, not fused)")
+            return "to be generated as code and planned for fusion at its next replay"
+        return f"not fused: {self.not_fused}"
+
+    def gradients(self, tape, residuals, seeds):
+        """The backward pass of a run: cotangents by slot."""
+        if residuals is None:           # an interpreted run: the tape has its records
+            return backward(tape, seeds)
+        return self.backward(tape.values, residuals, seeds)
+
+    def backward(self, values, residuals, seeds):
+        """The generated backward pass, from the generated forward's ``residuals``."""
+        grads = [None] * self.slots
+        owned = bytearray(self.slots)
+        for slot, seed in seeds:
+            accumulate(grads, owned, values, slot, seed)
+        errors = ignore_float_errors()
+        try:
+            return self.generated[1](values, grads, owned, residuals)
+        finally:
+            restore_float_errors(errors)
+
+
+def short_gradients(grads, leaves, structures, single):
+    """The gradients of a replay on the short path, rebuilt per argument."""
+    if single and structures[0][0] is None:     # one array or float: the common case
+        return gradient_like(leaves[0], grads[0], set())
+    gradients = leaf_gradients(leaves, grads[:len(leaves)], set())
+    results, start = [], 0
+    for tree, count in structures:
+        results.append(gradients[start] if tree is None
+                       else unflatten(tree, gradients[start:start + count]))
+        start += count
+    return results[0] if single else tuple(results)
+
+
+class GradientPrograms(Signatures):
+    """The programs of one jitted gradient, by signature."""
+
+    def __init__(self, f):
+        super().__init__(f, "value_and_grad")
+        self.fused_functions = FusedFunctions(self.name)
+
+    def call(self, args, kwargs, positions, differentiated, out, single):
+        """One value and gradient: replayed if it can be, else traced (and recorded)."""
+        entry, arrays = self.entry_for(args, kwargs, differentiated)
+        if entry is None:       # an argument no signature can compare: eager
+            self.ran_eagerly(None, arrays)
+            return value_and_gradient(self.f, args, positions, out, single,
+                                      trace_value(self.f, kwargs))
+        call = Call(self, entry, arrays)
+        why = "the first call with this signature" if not entry.traces else entry.why
+        if call.program is not None:
+            try:
+                return call.replay(args, positions, out, single)
+            except GuardFailed as failed:
+                why = str(failed)
+        return call.trace(args, kwargs, positions, out, single, why)
+
+    def replay_short(self, args, differentiated, ranks):
+        """The common call on a short path: no keyword arguments, a program already
+        generated (or fused), differentiated arguments of arrays and float scalars
+        (alone or in tuples, lists, dicts).  ``(value, cotangents by leaf, leaves,
+        structures)`` (per differentiated argument ``(treedef or None for a lone leaf,
+        number of leaves)``), or None: the caller takes the general path, which also
+        deals with whatever failed here.  ``ranks``: per differentiated argument in
+        argnums' order, its rank among them in argument order."""
+        trees = []
+        try:
+            key, arrays = signature(args, None, differentiated, trees)
+            entry = self.entries.get(key)
+        except (Unreplayable, TypeError):
+            return None
+        program = None if entry is None else entry.program
+        if program is None or program.generated is None or program.output[0] != "slot":
+            return None
+        values, structures = [], []
+        for rank in ranks:      # (trees come in argument order, the leaves' slots in argnums')
+            leaves, tree = trees[rank]
+            values += leaves
+            structures.append((tree, len(leaves)))
+        # (every leaf is a float array or scalar: a program exists only for those)
+        try:
+            program.check(arrays, self.free_variables)
+        except Exception:
+            return None
+        if program.fusion is not None and underflow_ignored():
+            # (the fused code cannot see an underflow the caller wants reported)
+            fused = program.run_fused(values)
+            if fused is not None:
+                entry.replays += 1
+                return fused + (values, structures)
+        tape = Tape(single_use=True)
+        tape.values = values
+        errors = raise_float_errors()
+        try:
+            residuals = program.generated[0](tape, values)
+        except Exception:
+            return None
+        finally:
+            restore_float_errors(errors)
+        output = program.output[1]
+        seed = SEED_FOR.get(type(values[output]))
+        if seed is None:
+            return None
+        entry.replays += 1
+        return (values[output], program.backward(values, residuals, ((output, seed),)),
+                values, structures)
+
+
+class Call:
+    """One call's arguments against its signature's entry (and the entry's program as
+    the call found it: another thread may replace it meanwhile)."""
+
+    __slots__ = ("programs", "entry", "arrays", "program")
+
+    def __init__(self, programs, entry, arrays):
+        self.programs = programs
+        self.entry = entry
+        self.arrays = arrays
+        self.program = entry.program
+
+    def replay(self, args, positions, out, single):
+        """The value and gradient, replayed; :class:`GuardFailed` if they would differ
+        from a trace's (nothing is written to the caller's arrays that a trace will
+        not overwrite).
+
+        An error the trace did not meet also means tracing again: ``f`` may catch it
+        (``try: 1.0 / x``), or run the operation under other NumPy error settings —
+        which is also why a replay raises on floating-point errors NumPy would only
+        warn about: the trace that follows warns (or raises) as ``f`` says."""
+        program = self.program
+        residuals = []
+
+        def forward(tape, traced_args):
+            errors = raise_float_errors()
+            try:
+                output, kept = program.run(tape, self.arrays, self.programs.free_variables)
+            except GuardFailed as failed:
+                self.programs.replay_failed(self.entry, str(failed) or "a guard failed")
+                raise
+            except Exception as error:
+                why = f"the replay raised {type(error).__name__} (the trace will meet it)"
+                self.programs.replay_failed(self.entry, why)
+                raise GuardFailed(why) from None
+            finally:
+                restore_float_errors(errors)
+            self.entry.replays += 1
+            residuals.append(kept)
+            return output
+
+        return value_and_gradient(self.programs.f, args, positions, out, single, forward,
+                                  lambda tape, seeds: program.gradients(tape, residuals[0],
+                                                                        seeds),
+                                  rebuild=False)
+
+    def trace(self, args, kwargs, positions, out, single, why):
+        """The value and gradient, traced; the trace's program kept for replays."""
+        entry, programs = self.entry, self.programs
+        f = programs.f
+        if programs.runs_eagerly(entry, self.arrays):
+            return value_and_gradient(f, args, positions, out, single, trace_value(f, kwargs))
+        recorder = ProgramRecorder(f)
+        # What the program is checked against later, taken before f runs (f may write
+        # into an argument): its free variables and the argument arrays' contents.
+        free = programs.free_variables()
+        arrays = [np.array(a, copy=True) for a in self.arrays]
+        outputs = []
+
+        def forward(tape, traced_args):
+            outputs.append(f(*traced_args, **kwargs))
+            return outputs[0]
+
+        def gradients_of(tape, seeds):
+            program = GradientProgram.of(tape, recorder, arrays, free, outputs[0],
+                                         programs.fused_functions)
+            programs.traced(entry, why, recorder)
+            entry.program = program
+            if program is None:
+                programs.not_recorded(entry, recorder.why or "its records are out of order")
+            return backward(tape, seeds)
+
+        return value_and_gradient(f, args, positions, out, single, forward, gradients_of,
+                                  recorder=recorder)
