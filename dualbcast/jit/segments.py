@@ -33,6 +33,7 @@ array between the kernels.  Threads share the chunks of both loops (each chunk's
 its own): the bits do not depend on them.
 """
 import operator
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -185,6 +186,11 @@ def _loopable(array, shape):
         and array.size > 0 and (shape is None or array.shape == shape)
 
 
+def _loop(statements):
+    """A loop over a block's elements doing ``statements``."""
+    return ["        for i in range(_u(0), m):"] + ["            " + line for line in statements]
+
+
 class SegmentSource:
     """The source of one segment's helpers, segment number ``n`` of its fused function,
     and what the function passes them:
@@ -271,18 +277,25 @@ class SegmentSource:
     # ---------------------------------------------------------------- writing
 
     def _write(self):
-        n, seg = self.n, self.segment
-        steps = seg.steps
-        arrays = [f"A{j}" for j in range(len(self.array_params))]
-        # (the numbers are passed as the scalars are)
-        scalars = [f"V{j}" for j in range(len(self.scalar_params))] + \
-            [f"Q{j}" for j in range(len(self.numbers))]
-        terms = [f"T{j}" for j in range(len(seg.sums))]
-        grads = [f"R{j}" for j in range(len(self.leaf_gradients))]
-        flags = [f"F{j}" for j in range(len(self.leaf_gradients))]
-        sum_cts = [f"G{j}" for j in range(len(seg.sums))]
-        made = [step.out for step in steps if step.kind != _SUM]
-        lines = []
+        names = self._names()
+        lines = (self._values_source(names) + self._gradients_source(names)
+                 + self._drivers_source(names))
+        return "\n".join(lines) + "\n"
+
+    def _names(self):
+        """The names the helpers' sources share: parameters, and a chunk's head and
+        loop over blocks."""
+        seg = self.segment
+        names = SimpleNamespace(
+            arrays=[f"A{j}" for j in range(len(self.array_params))],
+            # (the numbers are passed as the scalars are)
+            scalars=[f"V{j}" for j in range(len(self.scalar_params))]
+            + [f"Q{j}" for j in range(len(self.numbers))],
+            terms=[f"T{j}" for j in range(len(seg.sums))],
+            grads=[f"R{j}" for j in range(len(self.leaf_gradients))],
+            flags=[f"F{j}" for j in range(len(self.leaf_gradients))],
+            sum_cts=[f"G{j}" for j in range(len(seg.sums))],
+            made=[step.out for step in seg.steps if step.kind != _SUM])
         # A chunk runs in blocks of BLOCK elements, record by record: each record's
         # loop over a block is as small as the kernel's own loop, which LLVM
         # vectorises as well; a block's arrays stay in the cache.  (One loop over the
@@ -290,42 +303,40 @@ class SegmentSource:
         # Indices are unsigned: Numba then skips the negative-index wraparound, which
         # kept LLVM from vectorising.  The block's arrays are allocated here, so that
         # LLVM knows no other array is them (passed in, they kept it from vectorising).
-        head = [f"    lo = _u(c * {CHUNK})",
-                f"    hi = _u(min(c * {CHUNK} + {CHUNK}, size))"]
-        blocks = ["    for b in range(lo, hi, _u(BLOCK)):",
-                  "        m = min(_u(BLOCK), hi - b)"]
+        names.head = [f"    lo = _u(c * {CHUNK})",
+                      f"    hi = _u(min(c * {CHUNK} + {CHUNK}, size))"]
+        names.blocks = ["    for b in range(lo, hi, _u(BLOCK)):",
+                        "        m = min(_u(BLOCK), hi - b)"]
+        return names
 
-        def loop(statements):
-            return ["        for i in range(_u(0), m):"] + ["            " + line
-                                                            for line in statements]
-
-        # --- the values, one chunk
+    def _values_source(self, names):
+        """``_s{n}_values``: the values of one chunk, the sums' terms stored."""
+        n, steps = self.n, self.segment.steps
         body, term = [], 0
         for k, step in enumerate(steps):
             args = [self._element(op, k, m) for m, op in enumerate(step.operands)]
             if step.kind == _MAP:
-                body += loop([f"e{step.out}[i] = _to_float(_k{n}_{k}({', '.join(args)}))"])
+                body += _loop([f"e{step.out}[i] = _to_float(_k{n}_{k}({', '.join(args)}))"])
             elif step.kind == _SQUARE:
                 square = [f"e{step.out}[i] = {args[0]} * {args[0]}"]
                 if step.out in self.checked:
                     # (a bool or-ed up: a float sum made each iteration wait)
                     square.append(f"check = check | (e{step.out}[i] - e{step.out}[i] != 0.0)")
-                body += loop(square)
+                body += _loop(square)
             else:
-                body += loop([f"T{term}[b + i] = {args[0]}"])
+                body += _loop([f"T{term}[b + i] = {args[0]}"])
                 term += 1
-        params = ", ".join(["c", "size"] + arrays + scalars + terms)
-        lines += [f"def _s{n}_values({params}):"] + head + ["    check = False"]
-        lines += [f"    e{slot} = _empty(BLOCK)" for slot in made] + blocks + body
-        lines += ["    return _NAN if check else 0.0", ""]
+        params = ", ".join(["c", "size"] + names.arrays + names.scalars + names.terms)
+        lines = [f"def _s{n}_values({params}):"] + names.head + ["    check = False"]
+        lines += [f"    e{slot} = _empty(BLOCK)" for slot in names.made] + names.blocks + body
+        return lines + ["    return _NAN if check else 0.0", ""]
 
-        # --- the gradients, one chunk: the values again, with each kernel's partials
-        # (its dual-number call, as its partials loop makes it), then the backward
-        # pass, last record first.  A slot's first cotangent is kept as it is, later
-        # ones added, as the replay's accumulate does; a leaf's are added into its
-        # gradient so far (R, F: whether one reached it) in the replay's order.
-        setup, body = [], []
-        partials = []
+    def _gradients_source(self, names):
+        """``_s{n}_gradients``: the gradients of one chunk: the values again, with each
+        kernel's partials (its dual-number call, as its partials loop makes it), then
+        the backward pass (:meth:`_backward`)."""
+        n, steps = self.n, self.segment.steps
+        setup, body, partials = [], [], []
         for k, step in enumerate(steps):
             args = [self._element(op, k, m) for m, op in enumerate(step.operands)]
             if step.kind == _MAP:
@@ -344,13 +355,31 @@ class SegmentSource:
                     else:
                         call.append(arg)
                 partials += [f"p{k}_{j}" for j in range(count)]
-                body += loop([f"r = _k{n}_{k}({', '.join(call)})",
-                              f"e{step.out}[i] = _to_float(_value(r))",
-                              f"p = _partials(r, seed{k}_0)"]
-                             + [f"p{k}_{j}[i] = p[{j}]" for j in range(count)])
+                body += _loop([f"r = _k{n}_{k}({', '.join(call)})",
+                               f"e{step.out}[i] = _to_float(_value(r))",
+                               f"p = _partials(r, seed{k}_0)"]
+                              + [f"p{k}_{j}[i] = p[{j}]" for j in range(count)])
             elif step.kind == _SQUARE:
-                body += loop([f"e{step.out}[i] = {args[0]} * {args[0]}"])
-        started = set()
+                body += _loop([f"e{step.out}[i] = {args[0]} * {args[0]}"])
+        body += self._backward()
+        params = ", ".join(["c", "size", "dots"] + names.sum_cts + names.arrays + names.scalars
+                           + names.grads + names.flags)
+        lines = [f"def _s{n}_gradients({params}):"] + names.head + setup
+        lines += [f"    rows = _empty(({len(self.dots)}, {CHUNK}))"]
+        lines += [f"    {name} = _empty(BLOCK)" for name in
+                  [f"e{slot}" for slot in names.made] + [f"c{slot}" for slot in names.made]
+                  + partials]
+        lines += names.blocks + body
+        return lines + [f"    for d in range({len(self.dots)}):",
+                        "        dots[c, d] = _lane_sum(rows[d], hi - lo)",
+                        "    return 0.0", ""]
+
+    def _backward(self):
+        """A block's backward pass, last record first.  A slot's first cotangent is
+        kept as it is, later ones added, as the replay's accumulate does; a leaf's are
+        added into its gradient so far (R, F: whether one reached it) in the replay's
+        order."""
+        steps, started = self.segment.steps, set()
 
         def contribute(slot, ct):
             if slot in self.leaf_gradients:
@@ -364,18 +393,19 @@ class SegmentSource:
             started.add(slot)
             return f"c{slot}[i] = {ct}"
 
-        sum_number, dot = {slot: j for j, slot in enumerate(seg.sums)}, 0
+        body, dot = [], 0
+        sum_number = {slot: j for j, slot in enumerate(self.segment.sums)}
         for k in reversed(range(len(steps))):
             step = steps[k]
             if step.out not in self.reached:
                 continue
             if step.kind == _SUM:
-                body += loop([contribute(step.operands[0][1], f"G{sum_number[step.out]}")])
+                body += _loop([contribute(step.operands[0][1], f"G{sum_number[step.out]}")])
                 continue
             g = f"c{step.out}[i]"
             if step.kind == _SQUARE:
                 x = self._element(step.operands[0], k, 0)
-                body += loop([contribute(step.operands[0][1], f"_product({g}, 2.0 * {x})")])
+                body += _loop([contribute(step.operands[0][1], f"_product({g}, 2.0 * {x})")])
                 continue
             statements = []
             for i, slot in zip(step.active, step.parents):
@@ -385,35 +415,17 @@ class SegmentSource:
                     dot += 1
                 else:
                     statements.append(contribute(slot, ct))
-            body += loop(statements)
-        params = ", ".join(["c", "size", "dots"] + sum_cts + arrays + scalars + grads + flags)
-        lines += [f"def _s{n}_gradients({params}):"] + head + setup
-        lines += [f"    rows = _empty(({len(self.dots)}, {CHUNK}))"]
-        lines += [f"    {name} = _empty(BLOCK)" for name in
-                  [f"e{slot}" for slot in made] + [f"c{slot}" for slot in made] + partials]
-        lines += blocks + body
-        lines += [f"    for d in range({len(self.dots)}):",
-                  "        dots[c, d] = _lane_sum(rows[d], hi - lo)",
-                  "    return 0.0", ""]
+            body += _loop(statements)
+        return body
 
-        # --- the drivers: chunks in order on one thread, or shared by workers
+    def _drivers_source(self, names):
+        """``_s{n}_forward`` and ``_s{n}_backward``: the chunks in order on one
+        thread, or shared by workers, and their checks and sums."""
+        n, arrays, scalars = self.n, names.arrays, names.scalars
         flat = [f"    {a} = {a}.reshape(size)" for a in arrays]
-        values_args = ", ".join(arrays + scalars + terms)
-        gradient_args = ", ".join(sum_cts + arrays + scalars + grads + flags)
-        ndots = len(self.dots)
-        if self.threaded:
-            lines += self._guarded(f"_s{n}_values", ["c", "size"] + arrays + scalars + terms)
-            lines += self._guarded(f"_s{n}_gradients", ["c", "size", "dots"] + sum_cts
-                                   + arrays + scalars + grads + flags)
-            # (the chunks taken from a queue as threads get free: kernel/threads.py)
-            for name, args in (("values", values_args), ("gradients", f"dots, {gradient_args}")):
-                lines += [f"def _s{n}_{name}_threads(workers, nchunks, size, checks, {args}):",
-                          "    queue = _zeros(1, _int64)",
-                          "    for t in _prange(workers):",
-                          "        c = _next_chunk(queue)",
-                          "        while c < nchunks:",
-                          f"            checks[c] = _s{n}_{name}_guarded(c, size, {args})",
-                          "            c = _next_chunk(queue)", ""]
+        values_args = ", ".join(arrays + scalars + names.terms)
+        gradient_args = ", ".join(names.sum_cts + arrays + scalars + names.grads + names.flags)
+        lines = self._threads_source(names, values_args, gradient_args) if self.threaded else []
 
         def chunks(threads, one_thread):
             # the chunks in order on this thread, or shared by the workers
@@ -423,35 +435,50 @@ class SegmentSource:
                     + ["        " + line for line in one_thread])
 
         count = [f"    nchunks = (size + {CHUNK - 1}) // {CHUNK}"]
+        checked = ["    check = 0.0", "    for c in range(nchunks):", "        check += checks[c]"]
         lines += [f"def _s{n}_forward({', '.join(['workers', 'size'] + arrays + scalars)}):"]
         lines += flat + count
-        lines += [f"    {t} = _empty(size)" for t in terms]
+        lines += [f"    {t} = _empty(size)" for t in names.terms]
         lines += ["    checks = _empty(nchunks)"]
         lines += chunks(f"_s{n}_values_threads(workers, nchunks, size, checks, {values_args})",
                         ["for c in range(nchunks):",
                          f"    checks[c] = _s{n}_values(c, size, {values_args})"])
-        lines += ["    check = 0.0", "    for c in range(nchunks):",
-                  "        check += checks[c]",
-                  f"    return (check, {''.join(f'_numpy_sum({t}), ' for t in terms)})", ""]
-        lines += [f"def _s{n}_backward(" + ", ".join(["workers", "size"] + sum_cts + arrays
-                                                     + scalars + grads + flags) + "):"]
+        lines += checked
+        lines += [f"    return (check, {''.join(f'_numpy_sum({t}), ' for t in names.terms)})", ""]
+        lines += [f"def _s{n}_backward({', '.join(['workers', 'size', gradient_args])}):"]
         lines += flat + count
-        lines += [f"    dots = _empty((nchunks, {max(ndots, 1)}))",
+        lines += [f"    dots = _empty((nchunks, {max(len(self.dots), 1)}))",
                   "    checks = _empty(nchunks)"]
         lines += chunks(f"_s{n}_gradients_threads(workers, nchunks, size, checks, dots, "
                         f"{gradient_args})",
                         ["for c in range(nchunks):",
                          f"    checks[c] = _s{n}_gradients(c, size, dots, {gradient_args})"])
-        lines += ["    check = 0.0", "    for c in range(nchunks):",
-                  "        check += checks[c]"]
+        lines += checked
         totals = []
-        for d in range(ndots):
+        for d in range(len(self.dots)):
             # the chunks' sums added in order, as nan_safe_dot adds them
             lines += [f"    total{d} = 0.0", "    for c in range(nchunks):",
                       f"        total{d} += dots[c, {d}]"]
             totals.append(f"total{d}, ")
-        lines += [f"    return (check, {''.join(totals)})", ""]
-        return "\n".join(lines) + "\n"
+        return lines + [f"    return (check, {''.join(totals)})", ""]
+
+    def _threads_source(self, names, values_args, gradient_args):
+        """The chunk functions guarded, and the drivers that share chunks between
+        workers (taken from a queue as threads get free: kernel/threads.py)."""
+        n = self.n
+        lines = self._guarded(f"_s{n}_values", ["c", "size"] + names.arrays + names.scalars
+                              + names.terms)
+        lines += self._guarded(f"_s{n}_gradients", ["c", "size", "dots"] + names.sum_cts
+                               + names.arrays + names.scalars + names.grads + names.flags)
+        for name, args in (("values", values_args), ("gradients", f"dots, {gradient_args}")):
+            lines += [f"def _s{n}_{name}_threads(workers, nchunks, size, checks, {args}):",
+                      "    queue = _zeros(1, _int64)",
+                      "    for t in _prange(workers):",
+                      "        c = _next_chunk(queue)",
+                      "        while c < nchunks:",
+                      f"            checks[c] = _s{n}_{name}_guarded(c, size, {args})",
+                      "            c = _next_chunk(queue)", ""]
+        return lines
 
     @staticmethod
     def _guarded(name, params):
