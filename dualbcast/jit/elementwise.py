@@ -31,18 +31,62 @@ from ..safe_cache import guarded_njit
 from . import policy
 from .loop_forms import POSITIONS
 
-# The loops of the process, by source: one dispatcher per source, shared by every
-# group that has it (a program traced again, another function's).  Numba keeps what it
-# compiles until the process ends, so their number is bounded: past policy.MAX_LOOPS,
-# new groups run as NumPy calls (said once, at INFO).
-LOOPS = {}
-_lock = threading.Lock()
-_refused = []
+
+class _Loops:
+    """The loops of the process, by source: one dispatcher per source, shared by every
+    group that has it (a program traced again, another function's).  Numba keeps what
+    it compiles until the process ends, so their number is bounded: past
+    :data:`.policy.MAX_LOOPS`, new groups run as NumPy calls (said once, at INFO)."""
+
+    def __init__(self):
+        self.by_source = {}
+        self.lock = threading.Lock()
+        self.full = False           # (whether the bound was met: said once)
+
+    def __len__(self):
+        return len(self.by_source)
+
+    def dispatcher(self, source):
+        """The dispatcher of ``source``'s loop (compiled at its first call, from the
+        disk cache's file of its source where there is one); None past the bound."""
+        with self.lock:
+            function = self.by_source.get(source)
+            if function is None:
+                if len(self.by_source) >= policy.MAX_LOOPS:
+                    if not self.full:
+                        self.full = True
+                        logger.info(f"db.jit: {policy.MAX_LOOPS} different elementwise loops "
+                                    f"compiled in this process; further ones run as NumPy "
+                                    f"calls (compiled code stays in memory until the "
+                                    f"process ends)")
+                    return None
+                function = self.by_source[source] = _dispatcher(source)
+            return function
+
+
+LOOPS = _Loops()
 
 _FLOAT64 = np.dtype(np.float64)
 
 _HEADER = ("import math\n"
            "import numpy as np\n\n")
+
+
+class ArrayRead:
+    """An array a loop reads: ``source`` (``("slot", n)`` or ``("constant", array)``),
+    read as ``kind`` says -- ``"full"`` (broadcast to the group's shape: ``parts`` the
+    index per axis), ``"read"`` (a slice: ``parts`` its offsets), ``"scatter"`` (a
+    slice's cotangent: ``parts`` its lows and highs) -- as ``name`` per element, from
+    the loop's argument ``array``.  ``repeated``: its axes of stride 0, passed without
+    them (``first`` indexes their first element)."""
+
+    __slots__ = ("source", "kind", "name", "array", "parts", "repeated", "first")
+
+    def __init__(self, source, kind, number, parts, repeated):
+        self.source, self.kind, self.parts, self.repeated = source, kind, parts, repeated
+        self.name, self.array = f"x{number}", f"a{number}"
+        self.first = tuple(slice(0, 1) if axis in repeated else slice(None)
+                           for axis in range(max(repeated, default=-1) + 1))
 
 
 class ElementwiseGroup:
@@ -62,13 +106,12 @@ class ElementwiseGroup:
         self.plain = []             # per record, whether it is a plain ufunc's call
         self.slots = set()          # the slots of its records
         self.outputs = set()        # the slots it writes (read outside it)
+        self.written = []           # the same in the loop's order (set by finish)
         self.ints = list(shape)     # the loop's integer argument: sizes, then bounds
-        self.inputs = []            # per array input: ("slot", slot) or ("constant", array)
-        self.scalars = []           # per float input: the same
-        self.repeated = []          # per array input: (its axes of stride 0, an index
-                                    # taking the first element along them)
+        self.int_args = None        # the same as an array (set by finish)
+        self.scalars = []           # per float input: ("slot", slot) or ("constant", value)
         self.checks = []            # the loop's checks of its inputs' shapes
-        self.reads = []             # per array input: (kind, element name, array, parts)
+        self.reads = []             # per array input, an ArrayRead
         self.element = []           # the records' lines per element
         self._names = {}            # input key -> its element's name in the loop
         self.fused = False          # whether it runs as a loop (decided by finish)
@@ -114,12 +157,8 @@ class ElementwiseGroup:
     def _array(self, key, kind, parts, repeated=()):
         """A new array input read per element as ``kind`` says: its element's name.
         ``repeated``: its axes of stride 0, taken as length 1."""
-        self.inputs.append(key)
-        self.repeated.append((repeated, tuple(slice(0, 1) if axis in repeated else slice(None)
-                                              for axis in range(max(repeated, default=-1) + 1))))
-        name = f"x{len(self.inputs) - 1}"
-        self.reads.append((kind, name, f"a{len(self.inputs) - 1}", parts))
-        return name
+        self.reads.append(ArrayRead(key, kind, len(self.reads), parts, repeated))
+        return self.reads[-1].name
 
     def _input(self, key, value):
         """The name of an argument's element in the loop (a number: a float argument;
@@ -171,12 +210,12 @@ class ElementwiseGroup:
             self.mode = self._mode()
             if self.mode == "expanded":
                 # (the caller hands the loop every array at the group's shape)
-                self.reads = [(kind, name, array, [f"i{axis}" for axis in range(len(self.shape))])
-                              for kind, name, array, _ in self.reads]
-                self.repeated = [((), ()) for _ in self.inputs]
+                whole = [f"i{axis}" for axis in range(len(self.shape))]
+                for read in self.reads:
+                    read.parts, read.repeated, read.first = whole, (), ()
+            self.written = sorted(self.outputs)
+            self.int_args = np.array(self.ints, np.int64)
             self.source = self._source()
-            self.outputs = sorted(self.outputs)
-            self.ints = np.array(self.ints, np.int64)
 
     def _mode(self):
         """How the loop runs over the elements: ``flat`` (every array of the group's
@@ -186,30 +225,31 @@ class ElementwiseGroup:
         (1-d views of each row, cut into segments at slices' cotangents' bounds),
         ``nested`` (a loop per axis: short rows that are not only arrays)."""
         whole = [f"i{axis}" for axis in range(len(self.shape))]
-        if all(kind == "full" and parts == whole for kind, _, _, parts in self.reads):
+        if all(read.kind == "full" and read.parts == whole for read in self.reads):
             return "flat"
         if self.shape[-1] >= policy.LOOP_SHORT_ROWS:
             return "rows"
-        if all(kind == "full" for kind, *_ in self.reads):
+        if all(read.kind == "full" for read in self.reads):
             return "expanded"
-        if all(kind != "scatter" for kind, *_ in self.reads):
+        if all(read.kind != "scatter" for read in self.reads):
             return "nested"
         return "rows"
 
     # ------------------------------------------------------------ the loop's source
 
     def _source(self):
-        outputs = sorted(self.outputs)
+        outputs = self.written
         ndim = len(self.shape)
         params = (["n"] + [f"o{k}" for k in range(len(outputs))]
-                  + [f"a{k}" for k in range(len(self.inputs))]
+                  + [read.array for read in self.reads]
                   + [f"s{k}" for k in range(len(self.scalars))])
         lines = [f"def loop({', '.join(params)}):"]
         lines += [f"    n{axis} = n[{axis}]" for axis in range(ndim)]
         # (a read of shape 1 along an axis broadcasts: part "0")
-        checks = self.checks + [f"{array}.shape[{axis}] != {'1' if part == '0' else 'n' + part[1:]}"
-                                for kind, _, array, parts in self.reads if kind == "full"
-                                for axis, part in enumerate(parts)]
+        checks = self.checks + [f"{read.array}.shape[{axis}] != "
+                                f"{'1' if part == '0' else 'n' + part[1:]}"
+                                for read in self.reads if read.kind == "full"
+                                for axis, part in enumerate(read.parts)]
         if checks:
             lines.append(f"    if {' or '.join(checks)}:")
             lines.append("        return 1")
@@ -229,10 +269,10 @@ class ElementwiseGroup:
         """Every array of the group's shape (C-contiguous, as the caller makes them):
         one row of them all."""
         lines.append(f"    size = {' * '.join(f'n{axis}' for axis in range(len(self.shape)))}")
-        lines += [f"    r{name} = {array}.reshape(size)" for _, name, array, _ in self.reads]
+        lines += [f"    r{read.name} = {read.array}.reshape(size)" for read in self.reads]
         lines += [f"    p{k} = o{k}.reshape(size)" for k in range(outputs)]
         lines.append("    for j in range(size):")
-        return "        ", [f"{name} = r{name}[j]" for _, name, _, _ in self.reads], \
+        return "        ", [f"{read.name} = r{read.name}[j]" for read in self.reads], \
             lambda k: f"p{k}[j]"
 
     def _nested(self, lines):
@@ -245,10 +285,10 @@ class ElementwiseGroup:
             lines.append(f"{indent}for i{axis} in range(n{axis}):")
             indent += "    "
         element = []
-        for kind, name, array, parts in self.reads:
-            index = parts if kind == "full" else [f"i{axis} + {offset}"
-                                                  for axis, offset in enumerate(parts)]
-            element.append(f"{name} = {array}[{', '.join(index)}]")
+        for read in self.reads:
+            index = read.parts if read.kind == "full" else [
+                f"i{axis} + {offset}" for axis, offset in enumerate(read.parts)]
+            element.append(f"{read.name} = {read.array}[{', '.join(index)}]")
         index = ", ".join(f"i{axis}" for axis in range(len(self.shape)))
         return indent, element, lambda k: f"o{k}[{index}]"
 
@@ -256,8 +296,8 @@ class ElementwiseGroup:
         """The rows of the last axis, cut at slices' cotangents' bounds on it, read as
         1-d views (zeros outside a slice)."""
         last = len(self.shape) - 1
-        cuts = [bound for kind, _, _, parts in self.reads if kind == "scatter"
-                for bound in (parts[0][-1], parts[1][-1])]
+        cuts = [bound for read in self.reads if read.kind == "scatter"
+                for bound in (read.parts[0][-1], read.parts[1][-1])]
         if cuts:
             lines.append(f"    zeros = np.zeros(n{last})")
             lines.append(f"    cuts = np.array([0, n{last}, {', '.join(cuts)}])")
@@ -274,7 +314,8 @@ class ElementwiseGroup:
         else:
             lines.append(f"{indent}lo, hi = 0, n{last}")
         element = []
-        for kind, name, array, parts in self.reads:
+        for read in self.reads:
+            kind, name, array, parts = read.kind, read.name, read.array, read.parts
             if kind == "full" and parts[-1] == "0":     # (constant along the row)
                 lines.append(f"{indent}{name} = {array}[{', '.join(parts)}]")
                 continue
@@ -316,7 +357,7 @@ class ElementwiseGroup:
                 return self._failed(error)
             if function is None:
                 return False
-        outputs = [np.empty(self.shape) for _ in self.outputs]
+        outputs = [np.empty(self.shape) for _ in self.written]
         args = self._arguments(values, outputs)
         if args is None:
             return False
@@ -341,7 +382,7 @@ class ElementwiseGroup:
                              f"run as NumPy calls from now on")
             return False
         self.handed_back = 0
-        for slot, out in zip(self.outputs, outputs):
+        for slot, out in zip(self.written, outputs):
             values[slot] = out
         return True
 
@@ -350,20 +391,21 @@ class ElementwiseGroup:
         it reads them (C-contiguous; broadcast views without their repeated axes, or
         written out along short rows), its numbers; None where an array is not as the
         trace had it."""
-        args = [self.ints] + outputs
+        args = [self.int_args] + outputs
         expanded = self.mode == "expanded"
-        for (kind, value), (repeated, first) in zip(self.inputs, self.repeated):
+        for read in self.reads:
+            kind, value = read.source
             array = values[value] if kind == "slot" else value
             if expanded and (array.shape != self.shape or not array.flags.c_contiguous):
                 array = _expanded(array, self.shape)
                 if array is None:
                     return None             # (another shape than the trace's)
-            elif repeated:
+            elif read.repeated:
                 strides = array.strides
-                for axis in repeated:
+                for axis in read.repeated:
                     if strides[axis]:
                         return None         # (not the broadcast view the trace had)
-                array = array[first]
+                array = array[read.first]
             # (contiguous rows: the loop's views of them are what LLVM vectorises)
             args.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
         for kind, value in self.scalars:
@@ -380,19 +422,9 @@ class ElementwiseGroup:
         """The loop's dispatcher: the process's one for its source (see
         :data:`LOOPS`), or a new one (compiled at its first call, from the disk cache's
         file of its source where there is one); None past :data:`.policy.MAX_LOOPS`."""
-        with _lock:
-            function = LOOPS.get(self.source)
-            if function is None:
-                if len(LOOPS) >= policy.MAX_LOOPS:
-                    self.failed = True
-                    if not _refused:
-                        _refused.append(True)
-                        logger.info(f"db.jit: {policy.MAX_LOOPS} different elementwise loops "
-                                    f"compiled in this process; further ones run as NumPy "
-                                    f"calls (compiled code stays in memory until the "
-                                    f"process ends)")
-                    return None
-                function = LOOPS[self.source] = _dispatcher(self.source)
+        function = LOOPS.dispatcher(self.source)
+        if function is None:
+            self.failed = True
         self.function = function
         return function
 
