@@ -65,8 +65,13 @@ class GradientProgram(Program):
             for step in self.steps:
                 step(tape, values, tape.records)
             self.runs += 1
-            if self.runs == policy.GENERATE_AFTER and len(tape.records) <= policy.GENERATE_UP_TO:
-                self._generate(tape.records, values)
+            if self.runs == policy.GENERATE_AFTER:
+                if len(tape.records) <= policy.GENERATE_UP_TO:
+                    self._generate(tape.records, values)
+                else:
+                    logger.debug(f"db.jit: a gradient program of {len(tape.records)} records "
+                                 f"replays interpreted: past the {policy.GENERATE_UP_TO} "
+                                 f"generated as code")
         kind, output = self.output
         return (output if kind == "constant" else Box(values[output], output, tape)), residuals
 
@@ -77,13 +82,16 @@ class GradientProgram(Program):
         self.generated = generate(records, self.guards, self.leaves, output)
         if len(records) > policy.FUSE_UP_TO:
             self.not_fused = f"{len(records)} records, past the {policy.FUSE_UP_TO} fused"
-            return
-        try:
-            self.fusion = plan_fusion(records, values, self.leaves, output, self.guards)
-        except NotFusable as refused:
-            self.not_fused = str(refused)
-        except Exception as error:      # not a user's error: the replay does without
-            self._fusion_failed("planning", error)
+        else:
+            try:
+                self.fusion = plan_fusion(records, values, self.leaves, output, self.guards)
+            except NotFusable as refused:
+                self.not_fused = str(refused)
+            except Exception as error:  # not a user's error: the replay does without
+                self._fusion_failed("planning", error)
+        if self.not_fused is not None:
+            logger.debug(f"db.jit: a gradient program of {len(records)} records replays as "
+                         f"generated Python code, not fused: {self.not_fused}")
 
     def run_fused(self, values):
         """The fused program's ``(value, cotangents by leaf)``, or None: not compiled

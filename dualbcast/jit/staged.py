@@ -209,6 +209,9 @@ class StagedProgram(Program):
         forward = self.forward
         if forward is None:
             if self.plan is None:
+                logger.debug(f"db.jit: a staged program of {len(self.records)} records "
+                             f"replays interpreted: past the {policy.GENERATE_UP_TO} "
+                             f"generated as code")
                 forward = self.forward = self._interpreted()
             else:
                 forward = self.forward = generate_staged(self.plan, self.guards,
