@@ -223,6 +223,26 @@ def test_each_call_gets_fresh_gradient_arrays(fused_runs):
         np.testing.assert_array_equal(g, gradients[0])
 
 
+def test_the_short_path_keys_one_array_as_the_signature_does(fused_runs):
+    """One array argument, the commonest call, is keyed on the short path without
+    signature()'s walk: with the key signature() makes, so that a strided view and a
+    read-only array find their own programs (or the one of their layout), with the
+    eager bits."""
+    from dualbcast.jit.signature import signature
+    f = lambda x: embed(rho.sum(x))
+    vg = db.jit(db.value_and_grad(f))
+    x = RNG.uniform(0, 1, 40)
+    strided = np.repeat(x, 2)[::2]
+    read_only = x.copy()
+    read_only.flags.writeable = False
+    for arg in (x, strided, read_only) * 4:
+        _same(vg(arg), db.value_and_grad(f)(arg))
+    assert set(programs_of(vg).entries) == {signature((a,), None, (True,))[0]
+                                            for a in (x, strided, read_only)}
+    assert len(programs_of(vg).entries) == 2        # (read-only: x's layout)
+    assert len(fused_runs) >= 6
+
+
 def test_an_overflow_hands_the_call_back_and_warns_like_a_trace(fused_runs):
     def f(x):
         p = rho.sum(x)

@@ -47,7 +47,7 @@ class Fusion:
         self.helpers, self.threaded = helpers, threaded
         self.choice = ThreadChoice()    # whether its threaded parts run on threads
         self.cacheable, self.kernel_keys = cacheable, kernel_keys
-        self.function = None
+        self._function = self._run = None
         # the parameters (see fusion.Writer.fusion), in order
         self.scalar_leaves, self.array_leaves, self.shared = scalar_leaves, array_leaves, shared
         self.transformed = transformed
@@ -102,16 +102,61 @@ class Fusion:
         return run_as_chosen(self.choice, lambda: self._run(values, config.threads),
                              lambda: self._run(values, 1))
 
-    def _run(self, values, workers):
-        # (loops, not comprehensions: this is most of a small fused call's Python time)
-        args = [workers, self.ints, self.floats]
-        for leaf in self.scalar_leaves:
-            args.append(float(values[leaf]))
-        for leaf in self.array_leaves:
-            array = values[leaf]
+    @property
+    def function(self):
+        """The compiled function (None until it is set): setting it writes the Python
+        code that calls it (:meth:`_runner`)."""
+        return self._function
+
+    @function.setter
+    def function(self, function):
+        self._function = function
+        self._run = None if function is None else self._runner(function)
+
+    def _runner(self, function):
+        """``run(values, workers)``: ``function`` called on a run's values, written out
+        for this program's parameters (a loop over the kinds of parameter cost more
+        than the call itself on a small program), its result as :meth:`__call__`
+        gives it."""
+        names = {"function": function, "ints": self.ints, "floats": self.floats,
+                 "empty": np.empty, "read_only_alias": read_only_alias, "fusion": self,
+                 "output_type": self.output_type}
+        lines, params = ["def run(values, workers):"], ["workers", "ints", "floats"]
+        params += [f"float(values[{leaf}])" for leaf in self.scalar_leaves]
+        for k, leaf in enumerate(self.array_leaves):
             # (read-only: the same Numba type as writeable, or the function compiles again)
-            args.append(array if array.flags.writeable else read_only_alias(array))
-        args += self.shared
+            lines += [f"    a{k} = values[{leaf}]", f"    if not a{k}.flags.writeable:",
+                      f"        a{k} = read_only_alias(a{k})"]
+            params.append(f"a{k}")
+        for k, value in enumerate(self.shared):
+            names[f"s{k}"] = value
+            params.append(f"s{k}")
+        if self.transformed:
+            lines.append("    operands = []")
+            lines.append("    fusion._transformed_operands(values, operands)")
+            params.append("*operands")
+        for k, shape in enumerate(self.accumulators):
+            names[f"shape{k}"] = shape
+            lines.append(f"    g{k} = empty(shape{k})")
+            params.append(f"g{k}" if len(shape) == 1 else f"g{k}.reshape(-1)")
+        for k, shape in enumerate(self.blocks):
+            names[f"block{k}"] = shape
+            params.append(f"empty(block{k})")
+        lines += [f"    r = function({', '.join(params)})", "    if not r[0]:",
+                  "        return None"]
+        # per leaf: None where no cotangent reached it, else its float or array
+        grads = []
+        for n, kind in enumerate(self.kinds):
+            reached, found = f"r[{2 + 2 * n}]", f"r[{3 + 2 * n}]"
+            grads.append("None" if kind is None else
+                         f"{found if kind == -1 else f'g{kind}'} if {reached} else None")
+        lines.append(f"    return output_type(r[1]), [{', '.join(grads)}]")
+        exec(compile("\n".join(lines) + "\n", "<dualbcast fused call>", "exec"), names)
+        return names["run"]
+
+    def _transformed_operands(self, values, args):
+        """The operands of the kernel sums computed per call (see
+        :func:`.fused_kernels._operands`), appended to ``args``."""
         for inputs, prepared, positions in self.transformed:
             kernel_args = []
             for item in inputs:
@@ -119,21 +164,6 @@ class Fusion:
             operands = prepared.operands_for(kernel_args)
             for m in positions:
                 args.append(operands[m])
-        gradients = []
-        for shape in self.accumulators:
-            gradient = np.empty(shape)
-            gradients.append(gradient)
-            args.append(gradient if len(shape) == 1 else gradient.reshape(-1))
-        for shape in self.blocks:
-            args.append(np.empty(shape))
-        result = self.function(*args)
-        if not result[0]:
-            return None
-        # per leaf: None where no cotangent reached it, else its float or array
-        grads = []
-        for reached, found, kind in zip(result[2::2], result[3::2], self.kinds):
-            grads.append(None if not reached else found if kind == -1 else gradients[kind])
-        return self.output_type(result[1]), grads
 
 
 def _exact(value):

@@ -165,10 +165,16 @@ class GradientProgram(Program):
             restore_float_errors(errors)
 
 
-def short_gradients(grads, leaves, structures, single):
-    """The gradients of a replay on the short path, rebuilt per argument."""
+def short_gradients(grads, leaves, structures, single, fused=False):
+    """The gradients of a replay on the short path, rebuilt per argument (``fused``:
+    ``grads`` came from a fused function, an array leaf's a fresh array of its shape
+    and dtype, handed out as it is)."""
     if single and structures[0][0] is None:     # one array or float: the common case
-        return gradient_like(leaves[0], grads[0], set())
+        ct = grads[0]
+        if fused and ct is not None and type(leaves[0]) is np.ndarray \
+                and ct.shape == leaves[0].shape:
+            return ct
+        return gradient_like(leaves[0], ct, set())
     gradients = leaf_gradients(leaves, grads[:len(leaves)], set())
     results, start = [], 0
     for tree, count in structures:
@@ -201,19 +207,26 @@ class GradientPrograms(Signatures):
                 why = str(failed)
         return call.trace(args, kwargs, positions, out, single, why)
 
-    def replay_short(self, args, differentiated, ranks):
+    def replay_short(self, args, differentiated, ranks, single):
         """The common call on a short path: no keyword arguments, a program already
         generated (or fused), differentiated arguments of arrays and float scalars
-        (alone or in tuples, lists, dicts).  ``(value, cotangents by leaf, leaves,
-        structures)`` (per differentiated argument ``(treedef or None for a lone leaf,
-        number of leaves)``), or None: the caller takes the general path, which also
-        deals with whatever failed here.  ``ranks``: per differentiated argument in
-        argnums' order, its rank among them in argument order."""
-        trees = []
+        (alone or in tuples, lists, dicts).  ``(value, gradient)``, or None: the caller
+        takes the general path, which also deals with whatever failed here.
+        ``ranks``: per differentiated argument in argnums' order, its rank among them
+        in argument order; ``single``: whether the gradient is one argument's."""
+        if len(args) == 1 and differentiated[0] and type(args[0]) is np.ndarray:
+            # (one array, the commonest call: its key as signature() makes it)
+            x = args[0]
+            key, arrays, trees = ((x.shape, x.dtype, x.strides),), (), [((x,), None)]
+        else:
+            trees = []
+            try:
+                key, arrays = signature(args, None, differentiated, trees)
+            except (Unreplayable, TypeError):
+                return None
         try:
-            key, arrays = signature(args, None, differentiated, trees)
             entry = self.entries.get(key)
-        except (Unreplayable, TypeError):
+        except TypeError:           # (an unhashable dict key)
             return None
         program = None if entry is None else entry.program
         if program is None or program.generated is None or program.output[0] != "slot":
@@ -233,7 +246,7 @@ class GradientPrograms(Signatures):
             fused = program.run_fused(values)
             if fused is not None:
                 entry.replays += 1
-                return fused + (values, structures)
+                return fused[0], short_gradients(fused[1], values, structures, single, True)
         tape = Tape(single_use=True)
         tape.values = values
         errors = raise_float_errors()
@@ -248,8 +261,8 @@ class GradientPrograms(Signatures):
         if seed is None:
             return None
         entry.replays += 1
-        return (values[output], program.backward(values, residuals, ((output, seed),)),
-                values, structures)
+        grads = program.backward(values, residuals, ((output, seed),))
+        return values[output], short_gradients(grads, values, structures, single)
 
 
 class Call:

@@ -14,7 +14,7 @@ from typing import Callable
 
 from ..core.api import GradientFunction, value_and_grad
 from ..core.trace import ArgumentPositions, tracing_state
-from .gradient import GradientPrograms, short_gradients
+from .gradient import GradientPrograms
 from .out import written_into
 from .staged import StagedPrograms
 
@@ -156,11 +156,9 @@ def _jitted(spec):
             result = staged(args, kwargs)
             return result if with_value else result[1]
         if short and not kwargs and getattr(thread, "tape", None) is None:
-            replayed = programs.replay_short(args, differentiated, ranks)
+            replayed = programs.replay_short(args, differentiated, ranks, single)
             if replayed is not None:
-                value, grads, leaves, structures = replayed
-                gradient = short_gradients(grads, leaves, structures, single)
-                return (value, gradient) if with_value else gradient
+                return replayed if with_value else replayed[1]
         result = programs.call(args, kwargs, positions, differentiated, out, single)
         return result if with_value else result[1]
     setattr(jitted, "__dualbcast_gradient__", spec)
