@@ -45,21 +45,20 @@ def loop_form(record, values):
             or not answer.size:
         return None
     func = record.func
-    if func is scattered:
-        return _scatter_form(record, values, answer.shape)
-    if func is operator.getitem:
-        return _read_form(record, values, answer.shape)
+    try:
+        special = _SPECIAL_FORMS.get(func)
+        form = SCALAR_FORMS.get(OPERATOR_UFUNCS.get(func, func))
+    except TypeError:               # (a record's function need not be hashable)
+        return None
+    if special is not None and special[0]:      # (views: any layout)
+        return special[1](record, values, answer.shape)
     if not answer.flags.c_contiguous:
         # (NumPy gave the layout of its operands, a transposed or Fortran-ordered one:
         # a loop writes C order, and what reads it next, a sum, would add otherwise)
         return None
+    if special is not None:
+        return special[1](record, values, answer.shape)
     traced = traced_positions(record)
-    if func is np.where:
-        return _select_form(record, values, traced, answer.shape)
-    try:
-        form = SCALAR_FORMS.get(OPERATOR_UFUNCS.get(func, func))
-    except TypeError:               # (a record's function need not be hashable)
-        return None
     if form is None or len(record.args) > len(POSITIONS["form"]) or not all(
             _loopable(values[traced[i]] if i in traced else arg, answer.shape)
             for i, arg in enumerate(record.args)):
@@ -75,9 +74,10 @@ def loop_form(record, values):
     return ("form", form.value)
 
 
-def _select_form(record, values, traced, shape):
+def _select_form(record, values, shape):
     """``np.where(mask, x, y)``, ``mask`` a bool array (a comparison's, which the
     replay's guards check) or a bool: ``x`` where it is true, else ``y``."""
+    traced = traced_positions(record)
     if len(record.args) != 3 or 0 in traced:
         return None
     mask = record.args[0]
@@ -141,3 +141,9 @@ def _read_form(record, values, shape):
     if bounds is None or tuple(stop - start for start, stop in bounds) != shape:
         return None
     return ("read", tuple(start for start, _ in bounds), base.shape)
+
+
+# The records that are no scalar form's (ufuncs' are: SCALAR_FORMS, beside their
+# rules), by function: (whether its answer may be of any layout, its form's maker).
+_SPECIAL_FORMS = {scattered: (True, _scatter_form), operator.getitem: (True, _read_form),
+                  np.where: (False, _select_form)}
