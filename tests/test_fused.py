@@ -223,6 +223,33 @@ def test_each_call_gets_fresh_gradient_arrays(fused_runs):
         np.testing.assert_array_equal(g, gradients[0])
 
 
+@db.fast_broadcast
+def pair(x, y):
+    return x * math.sin(y)
+
+
+@pytest.mark.parametrize("f, args, argnums", [
+    (lambda x: pair.sum(x, x) ** 2, (RNG.uniform(-0.5, 1.0, 50),), 0),
+    (lambda x, a: a * pair.sum(x, x), (RNG.uniform(-0.5, 1.0, 50), 1.5), (0, 1)),
+    (lambda x: pair.sum(x, x) + inverse_square.sum(x), (RNG.uniform(0.5, 1.0, 50),), 0)])
+def test_an_array_passed_twice_to_one_kernel_sum_gets_the_eager_gradient(f, args, argnums):
+    """k.sum(x, x): the fused function wrote the accumulator of x's cotangent (the
+    buffer of its last use) before reading what the loop stored there; such a program
+    is not fused, and every call gives the eager bits (found by a review: 827 off)."""
+    vg, eager = db.jit(db.value_and_grad(f, argnums)), db.value_and_grad(f, argnums)
+    for _ in range(4):
+        _same(vg(*args), eager(*args))
+    assert _program(vg).fusion is None
+
+
+def test_an_array_passed_twice_to_one_kernel_sum_against_the_closed_form():
+    x = RNG.uniform(-0.5, 1.0, 50)
+    vg = db.jit(db.value_and_grad(lambda x: pair.sum(x, x) ** 2))
+    p = np.sum(x * np.sin(x))
+    for _ in range(4):
+        np.testing.assert_allclose(vg(x)[1], 2 * p * (np.sin(x) + x * np.cos(x)), rtol=1e-12)
+
+
 def test_the_short_path_keys_one_array_as_the_signature_does(fused_runs):
     """One array argument, the commonest call, is keyed on the short path without
     signature()'s walk: with the key signature() makes, so that a strided view and a
