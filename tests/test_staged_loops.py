@@ -409,6 +409,78 @@ def test_a_slice_of_whole_rows_is_read_as_a_full_array_in_a_flat_loop():
     np.testing.assert_allclose(jitted(X, 2.0)[7, 1], central, rtol=1e-6)
 
 
+def test_gathers_by_index_arrays_run_in_the_loop_with_numpys_bits_and_errors():
+    # X[j] - X[i] over a pair list, indices as inputs (negative ones wrap as in NumPy)
+    def f(X, i, j, a):
+        d = X[j] - X[i]
+        return d * d * a
+
+    jitted = db.jit(f)
+    for _ in range(3):
+        X = RNG.standard_normal((40, 3))
+        i, j = RNG.integers(-40, 40, 300), RNG.integers(0, 40, 300)
+        assert _bits(jitted(X, i, j, 0.5)) == _bits(f(X, i, j, 0.5))
+    (group,) = loops_of(jitted)
+    assert group.mode == "short" and group.names.count("take_rows") == 2
+    j[7] = 40                                   # out of range: NumPy's error
+    with pytest.raises(IndexError):
+        jitted(X, i, j, 0.5)
+    j[7] = -41
+    with pytest.raises(IndexError):
+        jitted(X, i, j, 0.5)
+    j[7] = 3
+    assert _bits(jitted(X, i, j, 0.5)) == _bits(f(X, i, j, 0.5))
+
+    def energy(X, i, j):
+        d = X[j] - X[i]
+        return np.sum(np.sqrt(np.sum(d * d, axis=1)) ** 3)
+
+    grad = db.grad(energy)
+    jitted = db.jit(grad)
+    j = (i + RNG.integers(1, 40, 300)) % 40     # (no pair of an atom with itself)
+    for _ in range(3):
+        X = RNG.standard_normal((40, 3))
+        assert_same_to_rounding(grad(X, i, j), jitted(X, i, j))
+    assert any("take_rows" in group.names for group in loops_of(jitted))
+    h, e = 1e-6, np.zeros_like(X)
+    e[3, 0] = h
+    central = (energy(X + e, i, j) - energy(X - e, i, j)) / (2 * h)
+    np.testing.assert_allclose(jitted(X, i, j)[3, 0], central, rtol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["int32 index", "Fortran order", "three axes",
+                                    "a strided view"])
+def test_gathers_of_other_layouts_and_index_types(layout):
+    X = RNG.standard_normal((40, 3, 2) if layout == "three axes" else (40, 3))
+    if layout == "Fortran order":
+        X = np.asfortranarray(X)
+    elif layout == "a strided view":
+        X = RNG.standard_normal((80, 3))[::2]
+    index = RNG.integers(-40, 40, 200).astype(np.int32 if layout == "int32 index" else int)
+
+    def f(X, index, a):
+        return (X[index] + a) * X[index[::-1]]
+
+    jitted = db.jit(f)
+    for _ in range(3):
+        assert _bits(jitted(X, index, 0.25)) == _bits(f(X, index, 0.25))
+        X = X + 0.5
+
+
+def test_a_temporary_of_the_trace_is_not_noted_as_a_constant_compared_on_every_call():
+    # the backward pass broadcasts the constant seed to the pairs' shape: an array the
+    # trace made and dropped, never compared (it was noted as a closed-over array)
+    def energy(X, i, j):
+        d = X[i] - X[j]
+        return np.sum(4.0 * np.sum(d * d, axis=1) ** -6)
+
+    i, j = np.triu_indices(300, 1)
+    jitted = db.jit(db.value_and_grad(energy))
+    for _ in range(2):
+        jitted(RNG.standard_normal((300, 3)) * 10, i, j)
+    assert "note:" not in jitted.explain()
+
+
 @pytest.mark.parametrize("shape, mode", [((40, 4), "short"), ((4, 40), "rows")])
 def test_slices_along_short_and_long_rows(shape, mode):
     def f(x, a):

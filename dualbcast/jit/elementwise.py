@@ -67,6 +67,9 @@ class _Loops:
 LOOPS = _Loops()
 
 _FLOAT64 = np.dtype(np.float64)
+# Records that only copy or view their input: a group of nothing else runs as NumPy
+# calls (as fast as a loop).
+_COPIES = ("getitem", "take_rows")
 
 _HEADER = ("import math\n"
            "import numpy as np\n\n")
@@ -76,16 +79,19 @@ class ArrayRead:
     """An array a loop reads: ``source`` (``("slot", n)`` or ``("constant", array)``),
     read as ``kind`` says -- ``"full"`` (broadcast to the group's shape: ``parts`` the
     index per axis), ``"read"`` (a slice: ``parts`` its offsets), ``"scatter"`` (a
-    slice's cotangent: ``parts`` its lows and highs) -- as ``name`` per element, from
+    slice's cotangent: ``parts`` its lows and highs), ``"gather"`` (rows taken by the
+    index array ``rows``: ``parts`` the index per axis), ``"index"`` (such an index
+    array, read per row by its gathers) -- as ``name`` per element, from
     the loop's argument ``array``.  ``repeated``: its axes of stride 0, passed without
     them (``first`` indexes their first element); ``view``: ``(index, shape)``, a slice
     of whole rows taken by the caller of an array of ``shape`` (read as a full one)."""
 
-    __slots__ = ("source", "kind", "name", "array", "parts", "repeated", "first", "view")
+    __slots__ = ("source", "kind", "name", "array", "parts", "repeated", "first", "view",
+                 "rows")
 
     def __init__(self, source, kind, number, parts, repeated):
         self.source, self.kind, self.parts, self.repeated = source, kind, parts, repeated
-        self.view = None
+        self.view = self.rows = None
         self.name, self.array = f"x{number}", f"a{number}"
         self.first = tuple(slice(0, 1) if axis in repeated else slice(None)
                            for axis in range(max(repeated, default=-1) + 1))
@@ -129,10 +135,17 @@ class ElementwiseGroup:
         """Take ``record`` (its slot's value, per element, ``v<slot>``)."""
         traced = traced_positions(record)
         kind = form[0]
-        if kind in ("read", "scatter"):
+        if kind in ("read", "scatter", "gather"):
             slot = rename.get(record.parents[0], record.parents[0])
-            value = (self._read(("slot", slot), form[1], form[2]) if kind == "read"
-                     else self._scatter(("slot", slot), form[1]))
+            if kind == "read":
+                value = self._read(("slot", slot), form[1], form[2])
+            elif kind == "scatter":
+                value = self._scatter(("slot", slot), form[1])
+            else:
+                index = form[1]
+                if index[0] == "slot":
+                    index = ("slot", rename.get(index[1], index[1]))
+                value = self._gather(("slot", slot), index)
         else:
             operands = []
             for i, arg in enumerate(record.args):
@@ -149,7 +162,7 @@ class ElementwiseGroup:
             self.element.append(f"bad |= v{record.out} - v{record.out} != 0.0")
         self.records.append(record)
         self.names.append(getattr(record.func, "__name__", type(record.func).__name__))
-        self.plain.append(kind == "read" or kind == "form" and isinstance(
+        self.plain.append(kind in ("read", "gather") or kind == "form" and isinstance(
             OPERATOR_UFUNCS.get(record.func, record.func), np.ufunc))
         self.slots.add(record.out)
 
@@ -202,6 +215,22 @@ class ElementwiseGroup:
                         for axis, n in enumerate(shape)]
         return name
 
+    def _gather(self, key, index):
+        """``a[index]`` (``np.take`` along the first axis), ``index`` a 1-d integer
+        array: per row, its entry (wrapped once if negative, as NumPy does; out of
+        range, the group is handed back and NumPy raises); ``a``'s other axes the
+        group's."""
+        self._array(index, "index", [])
+        rows = self.reads[-1].array
+        name = self._array(key, "gather", [f"k{len(self.reads)}"] + [
+            f"i{axis}" for axis in range(1, len(self.shape))])
+        gathered = self.reads[-1]
+        gathered.rows = rows
+        self.checks.append(f"{rows}.shape[0] != n0")
+        self.checks += [f"{gathered.array}.shape[{axis}] != n{axis}"
+                        for axis in range(1, len(self.shape))]
+        return name
+
     def _scatter(self, key, bounds):
         """A slice's cotangent: its input where the slice is, 0 elsewhere."""
         lows = [self._int(start) for start, _ in bounds]
@@ -217,9 +246,11 @@ class ElementwiseGroup:
         view), as fast as a NumPy call; a NaN-safe product (three passes in NumPy) or a
         slice's cotangent (zeros, then a write) gains alone."""
         self.fused = math.prod(self.shape) >= policy.LOOP_MIN_ELEMENTS and (
-            not all(self.plain) or sum(name != "getitem" for name in self.names) > 1)
+            not all(self.plain) or sum(name not in _COPIES for name in self.names) > 1)
         if self.fused:
             self.mode = self._mode()
+            self.fused = self.mode is not None
+        if self.fused:
             if self.mode == "expanded":
                 # (the caller hands the loop every array at the group's shape)
                 whole = [f"i{axis}" for axis in range(len(self.shape))]
@@ -251,6 +282,10 @@ class ElementwiseGroup:
         whole = [f"i{axis}" for axis in range(len(self.shape))]
         if all(read.kind == "full" and read.parts == whole for read in self.reads):
             return "flat"
+        if any(read.kind == "gather" for read in self.reads):
+            # (a gather's row index read per row, in the loop per axis: short rows)
+            return "short" if self.shape[-1] < policy.LOOP_SHORT_ROWS and all(
+                read.kind != "scatter" for read in self.reads) else None
         if self.shape[-1] >= policy.LOOP_SHORT_ROWS or any(read.kind == "scatter"
                                                             for read in self.reads):
             return "rows"
@@ -301,24 +336,40 @@ class ElementwiseGroup:
     def _short(self, lines):
         """Short rows: a loop per axis in order, the last one's length written in the
         source (one compile per length below :data:`.policy.LOOP_SHORT_ROWS`), so that
-        LLVM unrolls it: a loop of a run-time length of 3 costs its setup per row (the
-        checks that its arrays do not overlap), and a column broadcast along the rows
-        is read where it is, not written out (measured over 12440 rows of 3, a
-        difference times a broadcast column: 21 µs, against 37 with the column written
-        out for a flat loop and 36 with the long axis innermost)."""
+        LLVM unrolls it: a loop of a run-time length of 4 costs its setup per row (the
+        checks that its arrays do not overlap): slices along 20000 rows of 4, 148 µs
+        against 174 with the long axis innermost.  Gathers read their row here."""
         indent, last = "    ", len(self.shape) - 1
         for axis in range(last):
             lines.append(f"{indent}for i{axis} in range(n{axis}):")
             indent += "    "
+            if axis == 0:
+                lines += self._gathered_rows(indent)     # (gathers: 2-d or more)
         lines.append(f"{indent}for i{last} in range({self.shape[-1]}):")
         indent += "    "
         element = []
         for read in self.reads:
-            index = read.parts if read.kind == "full" else [
+            if read.kind == "index":
+                continue
+            index = read.parts if read.kind in ("full", "gather") else [
                 f"i{axis} + {offset}" for axis, offset in enumerate(read.parts)]
             element.append(f"{read.name} = {read.array}[{', '.join(index)}]")
         index = ", ".join(f"i{axis}" for axis in range(len(self.shape)))
         return indent, element, lambda k: f"o{k}[{index}]"
+
+    def _gathered_rows(self, indent):
+        """Per row ``i0``, the row each gather reads: its index array's entry, wrapped
+        once if negative; out of range, the group is handed back (NumPy raises)."""
+        lines = []
+        for read in self.reads:
+            if read.kind == "gather":
+                row = read.parts[0]
+                lines += [f"{indent}{row} = {read.rows}[i0]",
+                          f"{indent}if {row} < 0:",
+                          f"{indent}    {row} = {row} + {read.array}.shape[0]",
+                          f"{indent}if {row} < 0 or {row} >= {read.array}.shape[0]:",
+                          f"{indent}    return 1"]
+        return lines
 
     def _rows(self, lines, outputs):
         """The rows of the last axis, cut at slices' cotangents' bounds on it, read as

@@ -118,7 +118,9 @@ class Signatures:
 
     def traced(self, entry, why, recorder):
         """A call traced ``f`` and recorded its program (``why``: what made it trace;
-        ``recorder``: the trace's, with its notes)."""
+        ``recorder``: the trace's, with its notes; its program, if any, already
+        made)."""
+        recorder.release()          # (what the trace alone held is gone: not noted)
         entry.traces += 1
         logger.debug(f"db.jit of {self.name}: traced for ({entry.described}): {why}")
         if recorder.notes and tuple(recorder.notes) != entry.notes:

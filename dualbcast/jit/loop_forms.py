@@ -18,6 +18,8 @@ from ..core.operators import OPERATOR_UFUNCS
 from ..core.registry import SCALAR_FORMS
 from ..core.tape import Record, traced_positions
 from ..rules.common import scattered
+from ..rules.shapes import take_rows
+from . import policy
 
 _FLOAT64 = np.dtype(np.float64)
 _NUMBERS = (float, int, np.float64)
@@ -130,6 +132,28 @@ def _scatter_form(record, values, shape):
     return ("scatter", bounds)
 
 
+def _gather_form(record, values, shape):
+    """``a[index]`` (``take_rows``), ``index`` a 1-d signed integer array (an input, or
+    a constant), ``a`` a float64 array of two axes or more whose rows are short (the
+    loop reads each gathered row's index once, in its loop per axis)."""
+    if record.argnums != (0,) or len(shape) < 2 or shape[-1] >= policy.LOOP_SHORT_ROWS:
+        return None
+    base = values[record.parents[0]]
+    if type(base) is not np.ndarray or base.dtype != _FLOAT64 or base.shape[1:] != shape[1:]:
+        return None
+    if record.others:
+        ((position, slot),) = record.others
+        if position != 1:
+            return None
+        index, source = values[slot], ("slot", slot)
+    else:
+        index = record.args[1]
+        source = ("constant", index)
+    if type(index) is not np.ndarray or index.dtype.kind != "i" or index.shape != shape[:1]:
+        return None
+    return ("gather", source)
+
+
 def _read_form(record, values, shape):
     """``a[index]``, basic slices of step 1 of a float64 array: read at an offset."""
     if record.argnums != (0,) or record.others:
@@ -146,4 +170,4 @@ def _read_form(record, values, shape):
 # The records that are no scalar form's (ufuncs' are: SCALAR_FORMS, beside their
 # rules), by function: (whether its answer may be of any layout, its form's maker).
 _SPECIAL_FORMS = {scattered: (True, _scatter_form), operator.getitem: (True, _read_form),
-                  np.where: (False, _select_form)}
+                  np.where: (False, _select_form), take_rows: (False, _gather_form)}

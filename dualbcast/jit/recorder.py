@@ -3,6 +3,8 @@ recorder (:class:`dualbcast.core.tape.Recorder`) collects the guards (constants
 computed from traced values that steered the program), copies of the constant arrays
 the records use (a replay checks that they still hold the same values), and whether
 the program did something no replay can redo."""
+import weakref
+
 import numpy as np
 
 from ..core.box import Box
@@ -27,14 +29,21 @@ class ProgramRecorder(Recorder):
     the user may avoid.  ``f``: the traced function (its free
     variables name a large constant in ``why``)."""
 
-    __slots__ = ("guards", "copies", "why", "f", "notes")
+    __slots__ = ("guards", "copies", "why", "f", "large")
 
     def __init__(self, f=None):
         self.guards = []
         self.copies = []
         self.why = None
         self.f = f
-        self.notes = []             # what a user may want to change (a large constant)
+        self.large = []             # (reference to a large constant, what to say of it)
+
+    @property
+    def notes(self):
+        """What a user may want to change: the large constants compared on every
+        replay that outlive the trace (a temporary the trace made, the backward pass's
+        broadcast of a constant seed, is gone, and never compared)."""
+        return [note for reference, note in self.large if reference() is not None]
 
     @property
     def replayable(self):
@@ -77,12 +86,18 @@ class ProgramRecorder(Recorder):
         elif large and kept is not original and not any(o is original for o, _ in self.copies):
             # (copied by the record anyway, for the backward pass: compared on every
             # replay, ~50 µs per MiB; said once per array)
-            self.notes.append(f"{_named(original, self.f)} ({_nbytes(original) / 2 ** 20:.1f} "
-                              f"MiB) is a constant, compared on every replay: pass it as an "
-                              f"argument (arguments are inputs, never compared)")
+            self.large.append((_reference(original),
+                               f"{_named(original, self.f)} ({_nbytes(original) / 2 ** 20:.1f} "
+                               f"MiB) is a constant, compared on every replay: pass it as an "
+                               f"argument (arguments are inputs, never compared)"))
         if kept is not original:
             self.copies.append((original, kept))
         return kept
+
+    def release(self):
+        """Drop the originals of the copies (the program made from the trace has
+        what it needs of them), so that the trace's temporaries are gone."""
+        self.copies = []
 
     def opaque(self, tape, why):
         self._refuse(why)
@@ -90,6 +105,14 @@ class ProgramRecorder(Recorder):
     def _refuse(self, why):
         if self.why is None:
             self.why = why
+
+
+def _reference(original):
+    """A weak reference to an array, a strong one (as a function) to a list."""
+    try:
+        return weakref.ref(original)
+    except TypeError:
+        return lambda: original
 
 
 def _named(constant, f):

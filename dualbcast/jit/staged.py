@@ -122,8 +122,8 @@ class StagedPrograms(Signatures):
                 failed = None
         finally:
             stop_tracing(tape)
-        self.traced(entry, why, recorder)
         if failed is not None:
+            self.traced(entry, why, recorder)
             if limit and self.index_inputs and any(map(_has_integers, (a for a, x in
                                                                        zip(args, inputs) if x))):
                 # (an integer array as an input is what the trace could not take:
@@ -147,6 +147,7 @@ class StagedPrograms(Signatures):
         leaves, tree = flatten(out)
         outputs = [_output(leaf, tape, f) for leaf in leaves]
         entry.program = StagedProgram.of(tape, recorder, kept, free, tree, outputs)
+        self.traced(entry, why, recorder)       # (after the program: it ends the recorder)
         if entry.program is None:
             self.not_recorded(entry, recorder.why or "its records are out of order")
         return unflatten(tree, [leaf.value if type(leaf) is Box else leaf for leaf in leaves])

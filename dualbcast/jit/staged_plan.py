@@ -215,10 +215,12 @@ def _grouped(records, rename, values, needed, guard_reads, leaves):
                 read_outside(rename.get(slot, slot))
             steps.append(("record", record, position))
             continue
-        offset = form[0] in ("read", "scatter")
+        offset = form[0] in ("read", "scatter", "gather")
         if offset:
-            # (read at an offset: from memory, never from the loop's own values)
-            read_outside(rename.get(record.parents[0], record.parents[0]))
+            # (read at an offset or by an index: from memory, never from the loop's own
+            # values)
+            for slot in operand_slots(record):
+                read_outside(rename.get(slot, slot))
         if form[0] == "read":
             # A slice runs as the view it is too (cheap, and what any reader outside
             # the loop must get: a view, not the loop's copy); the loop reads its base.
