@@ -101,24 +101,24 @@ def _gradients(w, k, differentiated, prepared):
     """Where kernel sum ``k``'s gradients go: ``(buffers, registers)``, the names
     of the buffers an array argument's are stored in, and the slots of the scalar
     arguments whose are summed in a register."""
-    buffers, registers, stored_slots = [], [], set()
+    buffers, registers, stored_slots = [], [], {}
     for (slot, _), (kind, shape, dtype, is_array) in zip(differentiated,
                                                          prepared.gradients):
         require(dtype == _FLOAT64)
         if kind == STORE and is_array:
-            # (an array passed twice to one sum, k.sum(x, x): its buffers would be met
-            # in the order the backward pass writes the accumulator in, the last
-            # buffer: overwritten before it is read)
-            require(slot not in stored_slots, "an array argument passed twice to one "
-                                              "kernel sum")
-            stored_slots.add(slot)
             buffers.append(f"b{k}_{len(buffers)}")
+            stored_slots.setdefault(slot, []).append(buffers[-1])
             stored = w.array_gradients.setdefault(slot, [])
             require(not stored or stored[0][1] == shape)
             stored.append((buffers[-1], shape))
         else:
             require(kind == REGISTER and not is_array)
             registers.append(slot)
+    for names in stored_slots.values():
+        if len(names) > 1:
+            # (k.sum(x, x): if x's accumulator -- its last buffer, which the backward
+            # pass writes first -- is one of these, the buffer before it is met first)
+            w.repeated_buffers.update(names)
     return buffers, registers
 
 

@@ -117,6 +117,7 @@ class Writer:
                                         # source and (name, parallel) of each function
         self.threaded = 0               # the most elements a part on threads loops over
         self.kernel_sources = []        # segments' kernels' cache keys (name the source)
+        self.repeated_buffers = set()   # buffers of an array passed twice to one sum
         self.segment_buffers = set()    # segments' gradient buffers: only one that is a
                                         # leaf's accumulator is allocated
         self.cacheable = True           # whether every kernel's code is named by a file
@@ -179,6 +180,9 @@ class Writer:
         array_leaves = [leaf for leaf in range(self.leaves)
                         if type(self.values[leaf]) is np.ndarray]
         accumulators = [(slot, buffers[-1]) for slot, buffers in self.array_gradients.items()]
+        # (the accumulator is written first: the backward pass must meet it first)
+        require(not any(name in self.repeated_buffers for _, (name, _) in accumulators),
+                "an array argument passed twice to the kernel sum that uses it last")
         blocks, rows = self._blocks()
         params = (["workers", "N", "K"] + self.params + [f"x{leaf}" for leaf in array_leaves]
                   + [name for name, _ in self.shared.values()] + self.operand_params
