@@ -950,3 +950,36 @@ def test_an_array_like_constant_is_read_at_every_call(reader):
         if step >= 3:
             like.data = np.array([float(step), 2.0, 3.0])
         assert_same(eager(x), jitted(x))
+
+
+_VIEWED = np.random.default_rng(15).normal(size=(40, 40))
+
+
+@pytest.mark.parametrize("view", ["whole", "transposed", "reversed columns", "a slice"])
+@pytest.mark.parametrize("kind", ["gradient", "staged"])
+def test_a_global_array_read_through_a_view_and_changed_in_place_is_seen(view, kind):
+    # W.T in f: the view the trace made dies with it; a replay compared nothing, and a
+    # change of W in place gave stale gradients (found by a review).  Now the view is
+    # rebuilt from W's memory and compared, and the change is seen.
+    views = {"whole": lambda: _VIEWED, "transposed": lambda: _VIEWED.T,
+             "reversed columns": lambda: _VIEWED[:, ::-1], "a slice": lambda: _VIEWED[2:, 1:-1]}
+
+    def f(x, w):
+        W = views[view]()
+        return np.sum(np.sin(x[:W.shape[0], :W.shape[1]] * W) * w)
+
+    if kind == "gradient":                          # (only differentiated arguments)
+        grad = db.grad(lambda x: f(x, 1.5))
+        jitted, call = db.jit(grad), lambda x: (jitted(x), grad(x))
+    else:                                           # (another input: staged)
+        grad = db.grad(f)
+        jitted, call = db.jit(grad), lambda x: (jitted(x, 1.5), grad(x, 1.5))
+    rng = np.random.default_rng(3)
+    saved = _VIEWED.copy()
+    try:
+        for k in range(4):
+            got, want = call(rng.normal(size=(40, 40)))
+            np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
+            _VIEWED[k, k + 3] += 1.0                  # the global changes in place
+    finally:
+        _VIEWED[...] = saved

@@ -449,14 +449,15 @@ def test_gathers_by_index_arrays_run_in_the_loop_with_numpys_bits_and_errors():
 
 
 @pytest.mark.parametrize("layout", ["int32 index", "Fortran order", "three axes",
-                                    "a strided view"])
+                                    "a strided view", "big-endian index"])
 def test_gathers_of_other_layouts_and_index_types(layout):
     X = RNG.standard_normal((40, 3, 2) if layout == "three axes" else (40, 3))
     if layout == "Fortran order":
         X = np.asfortranarray(X)
     elif layout == "a strided view":
         X = RNG.standard_normal((80, 3))[::2]
-    index = RNG.integers(-40, 40, 200).astype(np.int32 if layout == "int32 index" else int)
+    index = RNG.integers(-40, 40, 200).astype({"int32 index": np.int32,
+                                               "big-endian index": ">i8"}.get(layout, int))
 
     def f(X, index, a):
         return (X[index] + a) * X[index[::-1]]
@@ -465,6 +466,8 @@ def test_gathers_of_other_layouts_and_index_types(layout):
     for _ in range(3):
         assert _bits(jitted(X, index, 0.25)) == _bits(f(X, index, 0.25))
         X = X + 0.5
+    # (an index Numba cannot type is no loop's: no loop failed to compile)
+    assert not any(group.failed for plan in staged_plans(jitted) for group in plan.groups)
 
 
 def test_a_temporary_of_the_trace_is_not_noted_as_a_constant_compared_on_every_call():

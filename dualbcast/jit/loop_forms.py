@@ -149,7 +149,8 @@ def _gather_form(record, values, shape):
     else:
         index = record.args[1]
         source = ("constant", index)
-    if type(index) is not np.ndarray or index.dtype.kind != "i" or index.shape != shape[:1]:
+    if type(index) is not np.ndarray or index.dtype.kind != "i" or not index.dtype.isnative \
+            or index.shape != shape[:1]:
         return None
     return ("gather", source)
 

@@ -9,13 +9,12 @@ program until it is written out as Python code (:mod:`.codegen`) and one too lon
 be.
 """
 import operator
-import weakref
 
 import numpy as np
 
 from ..core.tape import LinearRecord, RuleRecord
 from ..rules.fast import kernel_prepared
-from .recorder import Slot
+from .recorder import Slot, watcher
 from .signature import identical
 
 
@@ -70,11 +69,12 @@ class Assumptions:
 
     def __init__(self, tape, recorder, arrays, free):
         self.arrays = arrays
-        # (reference to a constant, the copy the tape kept): weak for an array (a
-        # temporary of the trace costs nothing), strong for a list.  The copy stays
+        # (what a constant holds now, the copy the tape kept): an array or the array a
+        # view reads, weakly (a temporary of the trace costs nothing), a list
+        # strongly (see recorder.watcher).  The copy stays
         # writeable like the original: a read-only array is another Numba type, and a
         # kernel would compile again for it.
-        self.watched = [(_reference(original), kept) for original, kept
+        self.watched = [(watcher(original), kept) for original, kept
                         in {id(pair[1]): pair for pair in recorder.copies}.values()]
         self.free = free            # f's free variables at the trace
         # The kernels' calls: each must still run the code it ran at the trace (a name
@@ -181,13 +181,6 @@ def _linear_step(record):
         values.append(result)
         records.append(LinearRecord(out, parents, local, op, (a, b), partials_of, argnums))
     return step
-
-
-def _reference(original):
-    try:
-        return weakref.ref(original)
-    except TypeError:                   # a list
-        return lambda: original
 
 
 def _guard(func, args, kwargs, expected):

@@ -86,7 +86,7 @@ class ProgramRecorder(Recorder):
         elif large and kept is not original and not any(o is original for o, _ in self.copies):
             # (copied by the record anyway, for the backward pass: compared on every
             # replay, ~50 µs per MiB; said once per array)
-            self.large.append((_reference(original),
+            self.large.append((watcher(original),
                                f"{_named(original, self.f)} ({_nbytes(original) / 2 ** 20:.1f} "
                                f"MiB) is a constant, compared on every replay: pass it as an "
                                f"argument (arguments are inputs, never compared)"))
@@ -107,12 +107,32 @@ class ProgramRecorder(Recorder):
             self.why = why
 
 
-def _reference(original):
-    """A weak reference to an array, a strong one (as a function) to a list."""
-    try:
+def watcher(original):
+    """A function giving what the constant ``original`` (an array or a list) holds now,
+    or None once nothing else can change it.  A view (``W.T``, ``W[:, ::-1]``) is
+    rebuilt from the array whose memory it reads: the view made for the trace dies
+    with it, while that array may be the caller's, changed in place; an array the
+    trace made dies with the trace, and is never compared."""
+    if type(original) is not np.ndarray:
+        return lambda: original                 # (a list: kept, compared)
+    root = original
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root is original:
         return weakref.ref(original)
-    except TypeError:
+    offset = original.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    shape, dtype, strides = original.shape, original.dtype, original.strides
+    try:
+        np.ndarray(shape, dtype, buffer=root, offset=offset, strides=strides)
+    except (TypeError, ValueError):             # (no buffer to rebuild it from: kept)
         return lambda: original
+    reference = weakref.ref(root)
+
+    def current():
+        found = reference()
+        return None if found is None else np.ndarray(shape, dtype, buffer=found,
+                                                     offset=offset, strides=strides)
+    return current
 
 
 def _named(constant, f):

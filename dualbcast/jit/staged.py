@@ -18,6 +18,7 @@ from ..core.box import Box
 from ..core.pytree import flatten, unflatten
 from ..core.tape import raise_float_errors, restore_float_errors
 from ..core.trace import start_tracing, stop_tracing, trace_arguments, tracing_state
+from ..rules.shapes import take_rows
 from .codegen import generate_staged
 from .entries import Signatures
 from .program import GuardFailed, Program, interpreted_steps
@@ -154,6 +155,10 @@ class StagedPrograms(Signatures):
 
 
 _PLAIN_OUTPUTS = frozenset({float, int, bool, complex, str, bytes, np.ndarray})
+# Functions of integer inputs whose answers' shapes follow their operands' shapes, which
+# the signature holds (rows taken by an index array: the index's length), not their
+# values: not checked after a run (a loop need not write them out for the check).
+_SHAPED_BY_SHAPES = frozenset({take_rows})
 
 
 def _output(leaf, tape, f):
@@ -192,6 +197,7 @@ class StagedProgram(Program):
         values = tape.values
         self.shapes = [(record.out, values[record.out].shape) for record in tape.records
                        if type(values[record.out]) is np.ndarray
+                       and getattr(record, "func", None) not in _SHAPED_BY_SHAPES
                        and any(_integral(values[slot]) for slot in operand_slots(record))]
         self.plan = None
         if len(self.records) <= policy.GENERATE_UP_TO:
