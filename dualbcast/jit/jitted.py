@@ -62,8 +62,9 @@ def jit(fn: Callable) -> Callable:
     order than the eager pass: equal to rounding.  A staged replay computes a repeated
     operation once, leaves out unused views, and runs float64 elementwise operations
     over 2048 elements or more -- arithmetic, square roots, NaN-safe products, slices
-    and their cotangents, ``np.where`` by a mask -- as compiled loops (one per run of
-    operations over one shape, cached on disk), with NumPy's bits.  Called inside a
+    and their cotangents, rows gathered by index arrays, ``np.where`` by a mask -- as
+    compiled loops (one per run of operations over one shape, cached on disk), with
+    NumPy's bits.  Called inside a
     trace (``db.grad(db.jit(f))``), ``f`` runs as it is.
 
     What a replay checks, it checks on every call, and traces again when anything
