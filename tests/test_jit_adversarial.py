@@ -983,3 +983,13 @@ def test_a_global_array_read_through_a_view_and_changed_in_place_is_seen(view, k
             _VIEWED[k, k + 3] += 1.0                  # the global changes in place
     finally:
         _VIEWED[...] = saved
+
+
+_BIG_VIEWED = np.random.default_rng(16).normal(size=(300, 300))
+
+
+def test_a_large_global_read_through_a_view_is_named_in_the_note():
+    jitted = db.jit(db.grad(lambda x, w: np.sum(np.sin(x * _BIG_VIEWED.T) * w)))
+    for _ in range(2):
+        jitted(np.ones((300, 300)), 1.5)
+    assert "the global array '_BIG_VIEWED', read through a view" in jitted.explain()

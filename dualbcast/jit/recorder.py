@@ -137,19 +137,23 @@ def watcher(original):
 
 def _named(constant, f):
     """``constant`` named as ``f``'s code names it (a global or a closure variable),
-    if it does."""
+    or the array it is a view of (``W.T``), if it does."""
+    viewed = constant
+    while type(viewed) is np.ndarray and isinstance(viewed.base, np.ndarray):
+        viewed = viewed.base
     code = getattr(getattr(f, "__func__", f), "__code__", None)
     if code is not None:
-        found = getattr(f, "__globals__", {}).get
-        for name in code.co_names:
-            if found(name) is constant:
-                return f"the global array {name!r}"
-        for name, cell in zip(code.co_freevars, getattr(f, "__closure__", None) or ()):
-            try:
-                if cell.cell_contents is constant:
-                    return f"the closure variable {name!r}"
-            except ValueError:
-                pass
+        for candidate, how in ((constant, ""), (viewed, ", read through a view")):
+            found = getattr(f, "__globals__", {}).get
+            for name in code.co_names:
+                if found(name) is candidate:
+                    return f"the global array {name!r}{how}"
+            for name, cell in zip(code.co_freevars, getattr(f, "__closure__", None) or ()):
+                try:
+                    if cell.cell_contents is candidate:
+                        return f"the closure variable {name!r}{how}"
+                except ValueError:
+                    pass
     return f"a closed-over array of shape {np.shape(constant)}"
 
 
