@@ -1,6 +1,7 @@
 """What the elementwise loops of staged ``db.jit`` programs cost to compile (issue 29:
 "compile time stays bounded"), beside a hand-written ``numba.njit`` loop doing the same
-arithmetic, compiled in the same process.
+arithmetic, compiled in the same process; and what they run at on geometry written as
+users write it (``StagedGeometry``), beside NumPy and a hand-written ``numba.njit``.
 
 ``track_loop_seconds``: the seconds the call that compiles a program's loop takes over
 a replay's (a program of ``records`` elementwise operations over 4096 elements: one
@@ -15,6 +16,8 @@ import numba
 import numpy as np
 
 import dualbcast as db
+
+from .machine_load import medians_in_turns
 
 RECORDS = (2, 8, 32)
 _OPS = ("+", "*", "-")
@@ -85,6 +88,78 @@ class StagedLoopCompile:
     track_loop_seconds.unit = track_njit_seconds.unit = "seconds"
 
 
+# ---------------------------------------------------------------- geometry in loops
+
+def pair_terms(X, i, j, a):
+    """Pair geometry over a neighbour list: rows gathered by index arrays."""
+    d = X[j] - X[i]
+    return d * d * a
+
+
+def bond_terms(X, a):
+    """Bond vectors of a chain: slices of whole rows."""
+    d = X[1:] - X[:-1]
+    return d * d * a + X[1:]
+
+
+@numba.njit(error_model="numpy")
+def _pair_terms_by_hand(X, i, j, a, out):
+    for p in range(i.size):
+        for c in range(3):
+            d = X[j[p], c] - X[i[p], c]
+            out[p, c] = d * d * a
+    return out
+
+
+@numba.njit(error_model="numpy")
+def _bond_terms_by_hand(X, a, out):
+    for p in range(X.shape[0] - 1):
+        for c in range(3):
+            d = X[p + 1, c] - X[p, c]
+            out[p, c] = d * d * a + X[p + 1, c]
+    return out
+
+
+def _geometry(case):
+    """``(db.jit call, NumPy call, numba.njit call)`` of ``case``."""
+    rng = np.random.default_rng(1)
+    if case == "pairs":
+        X = rng.normal(size=(2000, 3))
+        i, j = rng.integers(0, 2000, 30000), rng.integers(0, 2000, 30000)
+        jitted, out = db.jit(pair_terms), np.empty((30000, 3))
+        return (lambda: jitted(X, i, j, 0.5), lambda: pair_terms(X, i, j, 0.5),
+                lambda: _pair_terms_by_hand(X, i, j, 0.5, out))
+    X = np.cumsum(rng.normal(size=(20000, 3)), axis=0)
+    jitted, out = db.jit(bond_terms), np.empty((19999, 3))
+    return (lambda: jitted(X, 0.5), lambda: bond_terms(X, 0.5),
+            lambda: _bond_terms_by_hand(X, 0.5, out))
+
+
+class StagedGeometry:
+    """``db.jit`` of NumPy geometry (one loop per program, no copy per gather or
+    slice) over NumPy and over a hand-written ``numba.njit`` loop, one dualbcast
+    thread, medians of interleaved rounds: ``track_ratio`` (lower is better)."""
+    params = [["pairs", "bonds"], ["jit/numpy", "jit/njit"]]
+    param_names = ["case", "ratio"]
+    number, repeat, timeout = 1, 1, 300
+
+    def setup(self, case, ratio):
+        self._threads = db.config.threads
+        db.config.threads = 1
+        self.calls = _geometry(case)
+        for call in self.calls:
+            for _ in range(3):
+                call()                      # traces, compiles
+        np.testing.assert_array_equal(self.calls[0](), self.calls[1]())
+
+    def teardown(self, case, ratio):
+        db.config.threads = self._threads
+
+    def track_ratio(self, case, ratio):
+        jit, numpy, by_hand = medians_in_turns(*self.calls, seconds=1.5)
+        return jit / (numpy if ratio == "jit/numpy" else by_hand)
+
+
 if __name__ == "__main__":
     bench = StagedLoopCompile()
     for n in RECORDS:
@@ -92,3 +167,9 @@ if __name__ == "__main__":
         print(f"{n} records: loop {bench.track_loop_seconds(n):.3f} s, "
               f"njit {bench.track_njit_seconds(n):.3f} s")
         bench.teardown(n)
+    bench = StagedGeometry()
+    for case in ("pairs", "bonds"):
+        for ratio in ("jit/numpy", "jit/njit"):
+            bench.setup(case, ratio)
+            print(f"{case} {ratio}: {bench.track_ratio(case, ratio):.2f}")
+            bench.teardown(case, ratio)
