@@ -34,6 +34,22 @@ def loops_of(jitted):
     return [group for plan in staged_plans(jitted) for group in plan.groups if group.calls]
 
 
+def _gradient_checked(energy, draw, others, element):
+    """``db.jit(db.grad(energy))`` over three calls on new first arguments ``draw()``
+    and ``others``: equal to the eager gradient to rounding, and at ``element`` to a
+    central difference.  The jitted gradient, for its loops."""
+    grad = db.grad(energy)
+    jitted = db.jit(grad)
+    for _ in range(3):
+        x = draw()
+        assert_same_to_rounding(grad(x, *others), jitted(x, *others))
+    h, e = 1e-6, np.zeros_like(x)
+    e[element] = h
+    central = (energy(x + e, *others) - energy(x - e, *others)) / (2 * h)
+    np.testing.assert_allclose(jitted(x, *others)[element], central, rtol=1e-6)
+    return jitted
+
+
 def _stencil_energy(u, kappa):
     gx = u[1:, :] - u[:-1, :]
     gy = u[:, 1:] - u[:, :-1]
@@ -57,17 +73,9 @@ def test_stencil_hvp_runs_loops_and_keeps_the_bits():
 
 
 def test_stencil_gradient_to_rounding_and_against_central_differences():
-    grad = db.grad(_stencil_energy)
-    jitted = db.jit(grad)
-    u = RNG.uniform(0.1, 0.9, (12, 9))
-    for call in range(3):
-        u = RNG.uniform(0.1, 0.9, (12, 9))
-        assert_same_to_rounding(grad(u, 1.3), jitted(u, 1.3))
+    jitted = _gradient_checked(_stencil_energy, lambda: RNG.uniform(0.1, 0.9, (12, 9)),
+                               (1.3,), (3, 4))
     assert loops_of(jitted)
-    h, e = 1e-6, np.zeros_like(u)
-    e[3, 4] = h
-    central = (_stencil_energy(u + e, 1.3) - _stencil_energy(u - e, 1.3)) / (2 * h)
-    np.testing.assert_allclose(jitted(u, 1.3)[3, 4], central, rtol=1e-6)
 
 
 def test_unused_views_are_not_run_and_repeated_records_run_once():
@@ -365,19 +373,11 @@ def test_pair_geometry_over_a_neighbour_list_gradient_and_short_rows():
         r2 = np.sum(d * d, axis=1)
         return np.sum(scale * (r2 * r2 - 2.0 * r2))
 
-    X = RNG.standard_normal((30, 3))
     i, j = np.nonzero(np.ones((30, 30)) - np.eye(30))
-    grad = db.grad(energy)
-    jitted = db.jit(grad)
-    for call in range(3):
-        X = RNG.standard_normal((30, 3))
-        assert_same_to_rounding(grad(X, i, j, 0.7), jitted(X, i, j, 0.7))
+    jitted = _gradient_checked(energy, lambda: RNG.standard_normal((30, 3)), (i, j, 0.7),
+                               (4, 2))
     modes = {group.mode for group in loops_of(jitted)}
     assert "expanded" in modes, modes
-    h, e = 1e-6, np.zeros_like(X)
-    e[4, 2] = h
-    central = (energy(X + e, i, j, 0.7) - energy(X - e, i, j, 0.7)) / (2 * h)
-    np.testing.assert_allclose(jitted(X, i, j, 0.7)[4, 2], central, rtol=1e-6)
 
 
 def test_a_slice_of_whole_rows_is_read_as_a_full_array_in_a_flat_loop():
@@ -397,16 +397,9 @@ def test_a_slice_of_whole_rows_is_read_as_a_full_array_in_a_flat_loop():
         d = X[1:] - X[:-1]
         return np.sum(k * (np.sqrt(np.sum(d * d, axis=1)) - 1.0) ** 2)
 
-    grad = db.grad(bonds)
-    jitted = db.jit(grad)
-    for _ in range(3):
-        X = np.cumsum(RNG.standard_normal((60, 3)), axis=0)
-        assert_same_to_rounding(grad(X, 2.0), jitted(X, 2.0))
+    jitted = _gradient_checked(bonds, lambda: np.cumsum(RNG.standard_normal((60, 3)), axis=0),
+                               (2.0,), (7, 1))
     assert loops_of(jitted)
-    h, e = 1e-6, np.zeros_like(X)
-    e[7, 1] = h
-    central = (bonds(X + e, 2.0) - bonds(X - e, 2.0)) / (2 * h)
-    np.testing.assert_allclose(jitted(X, 2.0)[7, 1], central, rtol=1e-6)
 
 
 def test_gathers_by_index_arrays_run_in_the_loop_with_numpys_bits_and_errors():
@@ -435,17 +428,9 @@ def test_gathers_by_index_arrays_run_in_the_loop_with_numpys_bits_and_errors():
         d = X[j] - X[i]
         return np.sum(np.sqrt(np.sum(d * d, axis=1)) ** 3)
 
-    grad = db.grad(energy)
-    jitted = db.jit(grad)
     j = (i + RNG.integers(1, 40, 300)) % 40     # (no pair of an atom with itself)
-    for _ in range(3):
-        X = RNG.standard_normal((40, 3))
-        assert_same_to_rounding(grad(X, i, j), jitted(X, i, j))
+    jitted = _gradient_checked(energy, lambda: RNG.standard_normal((40, 3)), (i, j), (3, 0))
     assert any("take_rows" in group.names for group in loops_of(jitted))
-    h, e = 1e-6, np.zeros_like(X)
-    e[3, 0] = h
-    central = (energy(X + e, i, j) - energy(X - e, i, j)) / (2 * h)
-    np.testing.assert_allclose(jitted(X, i, j)[3, 0], central, rtol=1e-6)
 
 
 @pytest.mark.parametrize("layout", ["int32 index", "Fortran order", "three axes",

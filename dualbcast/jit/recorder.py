@@ -143,8 +143,8 @@ def _named(constant, f):
         viewed = viewed.base
     code = getattr(getattr(f, "__func__", f), "__code__", None)
     if code is not None:
+        found = getattr(f, "__globals__", {}).get
         for candidate, how in ((constant, ""), (viewed, ", read through a view")):
-            found = getattr(f, "__globals__", {}).get
             for name in code.co_names:
                 if found(name) is candidate:
                     return f"the global array {name!r}{how}"
