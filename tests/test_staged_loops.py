@@ -301,7 +301,9 @@ STEPS = st.lists(st.one_of(
                                                   "exp"])),
     st.tuples(st.just("stencil"), st.sampled_from([0, -1])),
     st.tuples(st.just("where"), st.sampled_from([0.0, 0.5])),
-    st.tuples(st.just("row"),)), min_size=1, max_size=8)
+    st.tuples(st.just("row"),),
+    st.tuples(st.just("sum"), st.sampled_from([0, -1, (0, -1), 1]), st.booleans())),
+    min_size=1, max_size=8)
 
 
 def _values(kind, shape):
@@ -337,6 +339,8 @@ def elementwise_program(steps):
                 v = np.where(v > step[1], v * s, -v)   # (the mask: checked by a guard)
             elif kind == "row" and np.ndim(v) > 1:
                 v = v * v[:1]                   # broadcast a row
+            elif kind == "sum" and np.ndim(v) > 1:
+                v = np.sum(v, axis=step[1], keepdims=step[2])   # (in a loop or not)
         return np.sum(v * v)
     return f
 
@@ -487,7 +491,7 @@ _LOOP_SOAK = """
     import dualbcast as db
     sys.path.insert(0, {tests!r})
     from soak import released, rss_mb
-    from dualbcast.jit import elementwise, policy
+    from dualbcast.jit import loop_cache, policy
     policy.LOOP_MIN_ELEMENTS = 1
 
     def energy(u, kappa):
@@ -508,7 +512,7 @@ _LOOP_SOAK = """
         if i in (10 * {shapes}, {count} - 1):
             released()      # (what the allocator keeps of freed memory is no growth)
         rss.append(rss_mb())
-        loops.append(len(elementwise.LOOPS))
+        loops.append(len(loop_cache.LOOPS))
     print(json.dumps(dict(rss=rss, same=bool(same), loops=loops)))
 """
 
@@ -541,3 +545,82 @@ def test_where_with_a_mask_runs_in_a_loop_forward_and_backward():
         assert_same_to_rounding(grad(x, 1.5), jitted(x, 1.5))
         assert _bits(value(x, 1.5)) == _bits(energy(x, 1.5))
     assert any("where" in group.names for group in loops_of(jitted))
+
+
+# ------------------------------------------------------------- sums in loops
+
+@pytest.mark.parametrize("shape, axis, keepdims", [
+    ((300, 5), None, False), ((300, 5), (0, 1), True),        # whole: pairwise past 128
+    ((40, 3), 1, False), ((6, 300), -1, True),                # trailing: short and long rows
+    ((2, 3, 70), (1, 2), False), ((300, 4), 0, False),        # leading
+    ((5, 1, 40), (0, 1), False), ((1, 40, 7), (0, 1), True),  # axes of length 1 aside
+])
+def test_sums_of_a_loops_values_are_added_up_in_the_loop_as_numpy_adds(shape, axis, keepdims):
+    def f(x, y):
+        d = x * y - 0.5
+        return np.sum(d * d, axis=axis, keepdims=keepdims), np.sum(d, axis=axis)
+
+    jitted = db.jit(f)
+    for _ in range(3):
+        x, y = RNG.standard_normal(shape) * 1e3, RNG.standard_normal(shape)
+        x.flat[::7] = -0.0                  # (terms of -0.0: NumPy's sums start at 0.0)
+        got, want = jitted(x, y), f(x, y)
+        for a, b in zip(got, want):
+            assert type(a) is type(b) and np.shape(a) == np.shape(b)
+            assert _bits(a) == _bits(b)
+    (loop,) = loops_of(jitted)
+    assert loop.sums and loop.calls == 2      # (the first call traces)
+
+
+@pytest.mark.parametrize("axis", [1, (0, 2)])
+def test_sums_numpy_adds_in_another_order_stay_numpy_calls(axis):
+    def f(x):
+        return np.sum((x * x) * 2.0, axis=axis)
+
+    jitted = db.jit(f)
+    x = RNG.standard_normal((4, 5, 6))
+    for _ in range(2):
+        assert _bits(jitted(x)) == _bits(f(x))
+    assert not any(loop.sums for loop in loops_of(jitted))
+
+
+def test_a_sum_that_overflows_hands_back_and_warns_as_eager():
+    def f(x):
+        return np.sum(x * 2.0)
+
+    jitted = db.jit(f)
+    x = np.full(300, 1e306)
+    for _ in range(2):
+        assert _bits(jitted(x[:10])) == _bits(f(x[:10]))
+    assert loops_of(jitted)
+    with pytest.warns(RuntimeWarning):
+        want = f(x)
+    with pytest.warns(RuntimeWarning):
+        got = jitted(x)
+    assert got == want == np.inf
+
+
+def test_a_sum_read_before_the_loop_takes_more_records_is_not_read_stale():
+    # s is read (t = x * s) between the loop's members: the loop must not move past it
+    def f(x, y):
+        d = x * y
+        s = np.sum(d)
+        e = x - y
+        return np.sum(e * s + d)
+
+    jitted = db.jit(f)
+    for _ in range(3):
+        x, y = RNG.standard_normal(50), RNG.standard_normal(50)
+        assert _bits(jitted(x, y)) == _bits(f(x, y))
+
+
+def test_loops_cached_on_disk_are_named_by_the_librarys_fingerprint(tmp_path, monkeypatch):
+    # (a loop inlines fused_runtime's sums, which Numba's cache does not check)
+    from dualbcast.kernel import cache
+    monkeypatch.setattr(db.config, "cache_dir", str(tmp_path))
+    f = lambda x: np.sum((x * 3.0) * x)
+    x, jitted = RNG.standard_normal(40), db.jit(f)
+    for _ in range(3):                      # (traced, then replayed: the loop compiled)
+        assert _bits(jitted(x)) == _bits(f(x))
+    fingerprint = cache._library_fingerprint()[:20]
+    assert [p.name for p in tmp_path.iterdir()] == [f"elementwise-{fingerprint}"]

@@ -102,6 +102,26 @@ def bond_terms(X, a):
     return d * d * a + X[1:]
 
 
+def pair_sums(X, i, j):
+    """Squared pair distances and their total: sums added up in the loop."""
+    d = X[j] - X[i]
+    return np.sum(d * d, axis=1), np.sum(d * d)
+
+
+@numba.njit(error_model="numpy")
+def _pair_sums_by_hand(X, i, j, out):
+    # (the total in order, not pairwise as NumPy's: the same to rounding)
+    total = 0.0
+    for p in range(i.size):
+        r2 = 0.0
+        for c in range(3):
+            d = X[j[p], c] - X[i[p], c]
+            r2 += d * d
+        out[p] = r2
+        total += r2
+    return out, total
+
+
 @numba.njit(error_model="numpy")
 def _pair_terms_by_hand(X, i, j, a, out):
     for p in range(i.size):
@@ -129,6 +149,12 @@ def _geometry(case):
         jitted, out = db.jit(pair_terms), np.empty((30000, 3))
         return (lambda: jitted(X, i, j, 0.5), lambda: pair_terms(X, i, j, 0.5),
                 lambda: _pair_terms_by_hand(X, i, j, 0.5, out))
+    if case == "pair sums":
+        X = rng.normal(size=(2000, 3))
+        i, j = rng.integers(0, 2000, 30000), rng.integers(0, 2000, 30000)
+        jitted, out = db.jit(pair_sums), np.empty(30000)
+        return (lambda: jitted(X, i, j), lambda: pair_sums(X, i, j),
+                lambda: _pair_sums_by_hand(X, i, j, out))
     X = np.cumsum(rng.normal(size=(20000, 3)), axis=0)
     jitted, out = db.jit(bond_terms), np.empty((19999, 3))
     return (lambda: jitted(X, 0.5), lambda: bond_terms(X, 0.5),
@@ -137,9 +163,9 @@ def _geometry(case):
 
 class StagedGeometry:
     """``db.jit`` of NumPy geometry (one loop per program, no copy per gather or
-    slice) over NumPy and over a hand-written ``numba.njit`` loop, one dualbcast
+    slice, its sums added up in it) over NumPy and over a hand-written ``numba.njit`` loop, one dualbcast
     thread, medians of interleaved rounds: ``track_ratio`` (lower is better)."""
-    params = [["pairs", "bonds"], ["jit/numpy", "jit/njit"]]
+    params = [["pairs", "bonds", "pair sums"], ["jit/numpy", "jit/njit"]]
     param_names = ["case", "ratio"]
     number, repeat, timeout = 1, 1, 300
 
@@ -150,7 +176,9 @@ class StagedGeometry:
         for call in self.calls:
             for _ in range(3):
                 call()                      # traces, compiles
-        np.testing.assert_array_equal(self.calls[0](), self.calls[1]())
+        jit, numpy, by_hand = (call() for call in self.calls)
+        np.testing.assert_array_equal(np.hstack(jit), np.hstack(numpy))    # (NumPy's bits)
+        np.testing.assert_allclose(np.hstack(by_hand), np.hstack(numpy), rtol=1e-12)
 
     def teardown(self, case, ratio):
         db.config.threads = self._threads
@@ -168,7 +196,7 @@ if __name__ == "__main__":
               f"njit {bench.track_njit_seconds(n):.3f} s")
         bench.teardown(n)
     bench = StagedGeometry()
-    for case in ("pairs", "bonds"):
+    for case in StagedGeometry.params[0]:
         for ratio in ("jit/numpy", "jit/njit"):
             bench.setup(case, ratio)
             print(f"{case} {ratio}: {bench.track_ratio(case, ratio):.2f}")

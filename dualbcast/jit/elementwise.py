@@ -16,9 +16,7 @@ it computes for finiteness: where NumPy would warn (or raise, under the replay's
 settings), the loop hands the group back and the records run as NumPy calls, which
 meet it as the eager call does.
 """
-import hashlib
 import math
-import threading
 import time
 
 import numpy as np
@@ -26,45 +24,11 @@ import numpy as np
 from ..compile_log import logger
 from ..core.operators import OPERATOR_UFUNCS
 from ..core.tape import traced_positions
-from ..kernel.cache import load_loop
-from ..safe_cache import guarded_njit
 from . import policy
+from .loop_cache import LOOPS
 from .loop_forms import POSITIONS
+from .loop_sums import SUMS_HEADER, Reduction
 
-
-class _Loops:
-    """The loops of the process, by source: one dispatcher per source, shared by every
-    group that has it (a program traced again, another function's).  Numba keeps what
-    it compiles until the process ends, so their number is bounded: past
-    :data:`.policy.MAX_LOOPS`, new groups run as NumPy calls (said once, at INFO)."""
-
-    def __init__(self):
-        self.by_source = {}
-        self.lock = threading.Lock()
-        self.full = False           # (whether the bound was met: said once)
-
-    def __len__(self):
-        return len(self.by_source)
-
-    def dispatcher(self, source):
-        """The dispatcher of ``source``'s loop (compiled at its first call, from the
-        disk cache's file of its source where there is one); None past the bound."""
-        with self.lock:
-            function = self.by_source.get(source)
-            if function is None:
-                if len(self.by_source) >= policy.MAX_LOOPS:
-                    if not self.full:
-                        self.full = True
-                        logger.info(f"db.jit: {policy.MAX_LOOPS} different elementwise loops "
-                                    f"compiled in this process; further ones run as NumPy "
-                                    f"calls (compiled code stays in memory until the "
-                                    f"process ends)")
-                    return None
-                function = self.by_source[source] = _dispatcher(source)
-            return function
-
-
-LOOPS = _Loops()
 
 _FLOAT64 = np.dtype(np.float64)
 # Records that only copy or view their input: a group of nothing else runs as NumPy
@@ -116,6 +80,10 @@ class ElementwiseGroup:
         self.slots = set()          # the slots of its records
         self.outputs = set()        # the slots it writes (read outside it)
         self.written = []           # the same in the loop's order (set by finish)
+        self.sums = []              # the sums it adds up after its elements (Reduction)
+        self.reductions = set()     # their slots (not values per element)
+        self.buffers = []           # the slots whose elements it writes (set by finish):
+        #                             the written ones, then the terms of its sums
         self.ints = list(shape)     # the loop's integer argument: sizes, then bounds
         self.int_args = None        # the same as an array (set by finish)
         self.scalars = []           # per float input: ("slot", slot) or ("constant", value)
@@ -135,6 +103,15 @@ class ElementwiseGroup:
         """Take ``record`` (its slot's value, per element, ``v<slot>``)."""
         traced = traced_positions(record)
         kind = form[0]
+        if kind == "sum":
+            operand = rename.get(record.parents[0], record.parents[0])
+            self.sums.append(Reduction(record.out, operand, form[1], form[2],
+                                       values[record.out]))
+            self.reductions.add(record.out)
+            self.records.append(record)
+            self.names.append("sum")
+            self.plain.append(False)
+            return
         if kind in ("read", "scatter", "gather"):
             slot = rename.get(record.parents[0], record.parents[0])
             if kind == "read":
@@ -260,6 +237,8 @@ class ElementwiseGroup:
                 # (the rows' length is written in the source: checked)
                 self.checks.append(f"n{len(self.shape) - 1} != {self.shape[-1]}")
             self.written = sorted(self.outputs)
+            self.buffers = self.written + sorted({reduction.operand for reduction in self.sums}
+                                                 - self.outputs)
             self.int_args = np.array(self.ints, np.int64)
             self.source = self._source()
 
@@ -296,9 +275,10 @@ class ElementwiseGroup:
     # ------------------------------------------------------------ the loop's source
 
     def _source(self):
-        outputs = self.written
+        buffers = self.buffers
         ndim = len(self.shape)
-        params = (["n"] + [f"o{k}" for k in range(len(outputs))]
+        params = (["n"] + [f"o{k}" for k in range(len(self.written))]
+                  + [f"q{m}" for m in range(len(self.sums))]
                   + [read.array for read in self.reads]
                   + [f"s{k}" for k in range(len(self.scalars))])
         lines = [f"def loop({', '.join(params)}):"]
@@ -312,16 +292,22 @@ class ElementwiseGroup:
             lines.append(f"    if {' or '.join(checks)}:")
             lines.append("        return 1")
         lines.append("    bad = False")
+        shape = ", ".join(f"n{axis}" for axis in range(ndim))
+        lines += [f"    o{k} = np.empty(({shape},))"       # (the terms of sums only)
+                  for k in range(len(self.written), len(buffers))]
         if self.mode in ("flat", "expanded"):
-            indent, element, store = self._flat(lines, len(outputs))
+            indent, element, store = self._flat(lines, len(buffers))
         elif self.mode == "rows":
-            indent, element, store = self._rows(lines, len(outputs))
+            indent, element, store = self._rows(lines, len(buffers))
         else:
             indent, element, store = self._short(lines)
         lines += [indent + line for line in element + self.element]
-        lines += [f"{indent}{store(k)} = v{slot}" for k, slot in enumerate(outputs)]
+        lines += [f"{indent}{store(k)} = v{slot}" for k, slot in enumerate(buffers)]
+        for m, reduction in enumerate(self.sums):
+            lines += reduction.source(f"q{m}", f"o{buffers.index(reduction.operand)}", ndim)
         lines.append("    return 2 if bad else 0")
-        return _HEADER + "\n".join(lines) + "\n"
+        header = _HEADER + (SUMS_HEADER if self.sums else "")
+        return header + "\n".join(lines) + "\n"
 
     def _flat(self, lines, outputs):
         """Every array of the group's shape (C-contiguous, as the caller makes them):
@@ -437,7 +423,8 @@ class ElementwiseGroup:
             if function is None:
                 return False
         outputs = [np.empty(self.shape) for _ in self.written]
-        args = self._arguments(values, outputs)
+        sums = [np.empty(max(1, math.prod(reduction.shape))) for reduction in self.sums]
+        args = self._arguments(values, outputs + sums)
         if args is None:
             return False
         if self.calls == 0:
@@ -463,6 +450,8 @@ class ElementwiseGroup:
         self.handed_back = 0
         for slot, out in zip(self.written, outputs):
             values[slot] = out
+        for reduction, out in zip(self.sums, sums):
+            values[reduction.slot] = out.reshape(reduction.shape) if reduction.array else out[0]
         return True
 
     def _arguments(self, values, outputs):
@@ -504,23 +493,13 @@ class ElementwiseGroup:
 
     def _compile(self):
         """The loop's dispatcher: the process's one for its source (see
-        :data:`LOOPS`), or a new one (compiled at its first call, from the disk cache's
+        :data:`.loop_cache.LOOPS`), or a new one (compiled at its first call, from the disk cache's
         file of its source where there is one); None past :data:`.policy.MAX_LOOPS`."""
         function = LOOPS.dispatcher(self.source)
         if function is None:
             self.failed = True
         self.function = function
         return function
-
-
-def _dispatcher(source):
-    name = hashlib.sha256(source.encode()).hexdigest()[:24]
-    module = load_loop(source, {}, "elementwise", name)
-    if module is None:
-        namespace = {}
-        exec(compile(source, "<dualbcast elementwise loop>", "exec"), namespace)
-        return guarded_njit(error_model="numpy", nogil=True)(namespace["loop"])
-    return guarded_njit(error_model="numpy", nogil=True, cache=True)(module.loop)
 
 
 def _expanded(array, shape):

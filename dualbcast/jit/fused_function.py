@@ -11,7 +11,7 @@ import numpy as np
 
 from ..config import config
 from ..kernel.arguments import read_only_alias
-from ..kernel.cache import load_loop
+from ..kernel.cache import library_directory, load_loop
 from ..kernel.threads import ThreadChoice, launch_threads, run_as_chosen
 from ..safe_cache import guarded_njit
 
@@ -78,7 +78,7 @@ class Fusion:
         cache) at its first call."""
         source = self.text
         name = hashlib.sha256(source.encode()).hexdigest()[:24]
-        module = load_loop(source, self.namespace, "fused", name) if self.cacheable else None
+        module = load_loop(source, self.namespace, library_directory("fused"), name) if self.cacheable else None
         if module is None:
             exec(compile(source, "<dualbcast fused replay>", "exec"), self.namespace)
             functions, cache = self.namespace, False

@@ -9,15 +9,21 @@ NumPy's calls give.  ``exp``, ``log``, ``pow`` and the like stay NumPy calls bet
 loops: NumPy's vectorised versions round otherwise than the C library's.  So do
 ``np.maximum`` and ``np.minimum``: NumPy's vector loop returns the second operand at a
 tie (``maximum(0.0, -0.0)`` is -0.0), its scalar loop the first.
+
+A sum of a value the loop computes is the loop's too, when NumPy's order of additions
+is one a loop can follow (:func:`_sum_form`): the loop writes the terms, then adds
+them up as NumPy would.
 """
 import operator
 
 import numpy as np
+from numpy.lib.array_utils import normalize_axis_tuple
 
 from ..core.operators import OPERATOR_UFUNCS
 from ..core.registry import SCALAR_FORMS
 from ..core.tape import Record, traced_positions
 from ..rules.common import scattered
+from ..rules.reductions import summed
 from ..rules.shapes import take_rows
 from . import policy
 
@@ -40,7 +46,11 @@ def loop_form(record, values):
     ``starts``); ``("scatter", bounds)`` for a slice's cotangent (its input where the
     slice is, 0 elsewhere); None when a loop does not compute it (or a loop's result
     would not be NumPy's: another dtype, another memory order)."""
-    if type(record) is not Record or record.kwargs:
+    if type(record) is not Record:
+        return None
+    if record.func is summed:
+        return _sum_form(record, values)
+    if record.kwargs:
         return None
     answer = values[record.out]
     if type(answer) is not np.ndarray or answer.dtype != _FLOAT64 or not answer.ndim \
@@ -166,6 +176,39 @@ def _read_form(record, values, shape):
     if bounds is None or tuple(stop - start for start, stop in bounds) != shape:
         return None
     return ("read", tuple(start for start, _ in bounds), base.shape)
+
+
+def _sum_form(record, values):
+    """``np.sum(a, axis)`` of a C-contiguous float64 array, as NumPy adds it up
+    (axes of length 1 aside, which do not change its order): ``("sum", "whole", 0)``
+    over every axis (pairwise, as ``np.add.reduce`` adds a contiguous array);
+    ``("sum", "trailing", split)`` over the axes from ``split`` on (pairwise, row by
+    row); ``("sum", "leading", split)`` over those before it (row after row, in
+    order, from 0.0).  Other axes: None (NumPy's iterator adds in another order)."""
+    a = values[record.parents[0]] if record.argnums == (0,) and not record.others else None
+    answer = values[record.out]
+    if type(a) is not np.ndarray or a.dtype != _FLOAT64 or not a.flags.c_contiguous \
+            or not a.size or set(record.kwargs) - {"axis", "keepdims"} \
+            or type(answer) not in (np.ndarray, np.float64) or answer.dtype != _FLOAT64:
+        return None
+    axis = record.kwargs.get("axis")
+    try:
+        reduced = set(range(a.ndim) if axis is None else normalize_axis_tuple(axis, a.ndim))
+    except (TypeError, ValueError):
+        return None
+    kept = [n > 1 and k not in reduced for k, n in enumerate(a.shape)]
+    added = [n > 1 and k in reduced for k, n in enumerate(a.shape)]
+    if not any(kept):
+        return ("sum", "whole", 0)
+    first_kept = kept.index(True)
+    last_kept = len(kept) - 1 - kept[::-1].index(True)
+    if not any(added):
+        return None             # (nothing added up: not a loop's work)
+    if not any(added[first_kept:]):
+        return ("sum", "leading", first_kept)
+    if not any(added[:last_kept]):
+        return ("sum", "trailing", last_kept + 1)
+    return None
 
 
 # The records that are no scalar form's (ufuncs' are: SCALAR_FORMS, beside their

@@ -189,63 +189,102 @@ def _grouped(records, rename, values, needed, guard_reads, leaves):
     """``(steps, groups)``: ``records`` in order, elementwise ones joined into groups.
     ``guard_reads``: ``(position, slots)`` of each guard, in order (a guard before
     record ``position`` reads ``slots``)."""
-    steps, groups = [], []
-    open_groups = {}            # shape -> the group records of that shape may join
-    member_of = {}              # slot -> its group
-    placed = {}                 # group -> its step's index in steps
+    grouping = _Grouping(rename, values, needed)
     guard_reads = list(guard_reads)
-
-    def read_outside(slot, reader=None):
-        # A value read outside its group: the group writes it, and takes no more
-        # records (it runs before whatever reads it).
-        group = member_of.get(slot)
-        if group is not None and group is not reader:
-            group.outputs.add(slot)
-            if open_groups.get(group.shape) is group:
-                del open_groups[group.shape]
-
     for record in records:
         position = record.out - leaves
         while guard_reads and guard_reads[0][0] <= position:
             for slot in guard_reads.pop(0)[1]:
-                read_outside(slot)
+                grouping.read_outside(slot)
+        grouping.take(record, position)
+    for _, slots in guard_reads:
+        for slot in slots:
+            grouping.read_outside(slot)
+    for group in grouping.groups:
+        group.finish()
+    return ([step for step in grouping.steps if step is not None],
+            [group for group in grouping.groups if group.fused])
+
+
+class _Grouping:
+    """The steps of a plan so far: records, and groups of records one loop computes."""
+
+    def __init__(self, rename, values, needed):
+        self.rename, self.values, self.needed = rename, values, needed
+        self.steps, self.groups = [], []
+        self.open_groups = {}       # shape -> the group records of that shape may join
+        self.member_of = {}         # slot -> its group
+        self.placed = {}            # group -> its step's index in steps
+
+    def read_outside(self, slot, reader=None):
+        """A value read outside its group: the group writes it, and takes no more
+        records (it runs before whatever reads it).  A sum is never read inside: the
+        loop adds it up after its elements."""
+        group = self.member_of.get(slot)
+        if group is not None and (group is not reader or slot in group.reductions):
+            if slot not in group.reductions:
+                group.outputs.add(slot)
+            if self.open_groups.get(group.shape) is group:
+                del self.open_groups[group.shape]
+
+    def take(self, record, position):
+        """Place ``record``: in a group (a new one or an open one of its shape; a sum,
+        in the group that computes its operand), or as a step of its own."""
+        rename, values = self.rename, self.values
+        slots = [rename.get(slot, slot) for slot in operand_slots(record)]
         form = loop_form(record, values)
+        if form is not None and form[0] == "sum":
+            form = self._sum_joins(record, form)
         if form is None:
-            for slot in operand_slots(record):
-                read_outside(rename.get(slot, slot))
-            steps.append(("record", record, position))
-            continue
+            for slot in slots:
+                self.read_outside(slot)
+            self.steps.append(("record", record, position))
+            return
         offset = form[0] in ("read", "scatter", "gather")
         if offset:
             # (read at an offset or by an index: from memory, never from the loop's own
             # values)
-            for slot in operand_slots(record):
-                read_outside(rename.get(slot, slot))
+            for slot in slots:
+                self.read_outside(slot)
         if form[0] == "read":
             # A slice runs as the view it is too (cheap, and what any reader outside
             # the loop must get: a view, not the loop's copy); the loop reads its base.
-            steps.append(("record", record, position))
+            self.steps.append(("record", record, position))
+        for slot in slots:
+            if slot in getattr(self.member_of.get(slot), "reductions", ()):
+                self.read_outside(slot)         # (a sum read: its group closes)
+        if form[0] == "sum":
+            # (added up where the group runs: its step stays, before whatever read its
+            # values since)
+            group = self.member_of[slots[0]]
+            group.add(record, form, rename, values)
+            self.member_of[record.out] = group
+            return
         shape = values[record.out].shape
-        group = open_groups.get(shape)
+        group = self.open_groups.get(shape)
         if group is None or len(group.records) >= policy.LOOP_MAX_RECORDS:
-            group = open_groups[shape] = ElementwiseGroup(shape)
-            groups.append(group)
+            group = self.open_groups[shape] = ElementwiseGroup(shape)
+            self.groups.append(group)
         if not offset:
-            for slot in operand_slots(record):
-                read_outside(rename.get(slot, slot), group)
+            for slot in slots:
+                self.read_outside(slot, group)
         group.add(record, form, rename, values)
         if form[0] != "read":
-            member_of[record.out] = group
-            if record.out in needed:
+            self.member_of[record.out] = group
+            if record.out in self.needed:
                 group.outputs.add(record.out)
         # The group runs where its last record is: its step moves there.
-        if group in placed:
-            steps[placed[group]] = None
-        placed[group] = len(steps)
-        steps.append(("group", group, position))
-    for _, slots in guard_reads:
-        for slot in slots:
-            read_outside(slot)
-    for group in groups:
-        group.finish()
-    return [step for step in steps if step is not None], [g for g in groups if g.fused]
+        if group in self.placed:
+            self.steps[self.placed[group]] = None
+        self.placed[group] = len(self.steps)
+        self.steps.append(("group", group, position))
+
+    def _sum_joins(self, record, form):
+        """A sum's form if a group computes its operand (the sum joins it, open or
+        not: it needs only the group's elements), else None (a NumPy call)."""
+        operand = self.rename.get(record.parents[0], record.parents[0])
+        group = self.member_of.get(operand)
+        if group is None or operand not in group.slots or operand in group.reductions \
+                or len(group.records) >= policy.LOOP_MAX_RECORDS:
+            return None
+        return form

@@ -14,7 +14,9 @@ helper and kernel it calls (recursively, also through a module: ``helpers.f``) a
 values of the globals, closure variables and module attributes they read
 (:mod:`.dependencies`, which Numba freezes), its options, and the versions of
 dualbcast (its source files), Numba, NumPy and Python.  Edit any of them and the loop
-is compiled afresh into a new directory.
+is compiled afresh into a new directory.  dualbcast's own generated code (fused
+replays, elementwise loops) is named by its source, in a directory named by the
+library's fingerprint (:func:`library_directory`): it inlines dualbcast's helpers.
 
 A store that can be damaged or shared: Numba pickles, with the machine code, the
 module of each function it calls, by name, and imports it when it loads the entry.
@@ -53,6 +55,14 @@ def _library_fingerprint():
                 with open(os.path.join(root, name), "rb") as source:
                     digest.update(name.encode() + source.read())
     return digest.hexdigest()
+
+
+def library_directory(kind):
+    """The cache directory of dualbcast's own generated code of ``kind`` (``"fused"``
+    replays, ``"elementwise"`` loops): named by the library's fingerprint, since the
+    compiled code inlines dualbcast's helpers (``fused_runtime``'s sums), which Numba's
+    cache does not check -- a new version of dualbcast compiles afresh."""
+    return f"{kind}-{_library_fingerprint()[:20]}"
 
 
 def kernel_fingerprint(dependencies, options):

@@ -81,7 +81,7 @@ def _prod_jvp(tangents, ans, x, axis=None, keepdims=False, dtype=None):
     x = as_array(x, "np.prod")
     if x.size == 0:
         return None                 # the empty product: a constant 1
-    return _summed(nan_safe(tangents[0], _product_of_others(x, axis)), axis=axis,
+    return summed(nan_safe(tangents[0], _product_of_others(x, axis)), axis=axis,
                    keepdims=keepdims)
 
 
@@ -99,7 +99,7 @@ def _winners(ans, x, axis, keepdims):
 
 
 def _extremum_jvp(tangents, ans, x, axis=None, keepdims=False):
-    return _summed(nan_safe(tangents[0], _winners(ans, x, axis, keepdims)), axis=axis,
+    return summed(nan_safe(tangents[0], _winners(ans, x, axis, keepdims)), axis=axis,
                    keepdims=keepdims)
 
 
@@ -161,7 +161,7 @@ def _cumprod_jvp(tangents, ans, x, axis=None, dtype=None):
     return np.reshape(np.moveaxis(total, -1, axis), shape)
 
 
-def _summed(a, axis=None, keepdims=False, dtype=None):
+def summed(a, axis=None, keepdims=False, dtype=None):
     """``np.sum(a, ...)``: on an array, the ``np.add.reduce`` call np.sum itself makes
     (the same result, without its wrapper's ~2 µs), or, over a short last axis, the
     same additions column by column (:func:`_sum_of_short_rows`)."""
@@ -199,7 +199,7 @@ def is_whole_sum(func, vjps, kwargs):
     ``np.sum(a)`` of a whole array (no axis, keepdims or dtype): the value NumPy's
     ``np.add.reduce`` gives, the cotangent ``g`` everywhere (for code that compiles it:
     dualbcast.jit's fused segments)."""
-    return func is _summed and tuple(vjps) == (_sum_vjp,) and kwargs == _WHOLE
+    return func is summed and tuple(vjps) == (_sum_vjp,) and kwargs == _WHOLE
 
 
 _WHOLE = {"axis": None, "keepdims": False}
@@ -224,7 +224,7 @@ def _reduction(func, vjp, jvp, computed_by=None):
     defjvp(computed_by, jvp)
 
 
-_reduction(np.sum, _sum_vjp, LINEAR, computed_by=_summed)
+_reduction(np.sum, _sum_vjp, LINEAR, computed_by=summed)
 _reduction(np.mean, _mean_vjp, LINEAR)
 _reduction(np.prod, _prod_vjp, _prod_jvp)
 for _f in (np.max, np.amax, np.min, np.amin):
