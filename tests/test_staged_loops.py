@@ -6,6 +6,7 @@ Checked against the eager call bit for bit (values, jvps, Hessian-vector product
 to rounding (a gradient computed inside: its backward pass adds in the staged order),
 over random elementwise programs on 1-d to 3-d arrays with broadcasting, slices and
 their cotangents, and NaN, inf and huge values; and that the loops do run."""
+import math
 import warnings
 
 import numpy as np
@@ -302,8 +303,17 @@ STEPS = st.lists(st.one_of(
     st.tuples(st.just("stencil"), st.sampled_from([0, -1])),
     st.tuples(st.just("where"), st.sampled_from([0.0, 0.5])),
     st.tuples(st.just("row"),),
-    st.tuples(st.just("sum"), st.sampled_from([0, -1, (0, -1), 1]), st.booleans())),
+    st.tuples(st.just("sum"), st.sampled_from([0, -1, (0, -1), 1]), st.booleans()),
+    st.tuples(st.just("kernel"),)),
     min_size=1, max_size=8)
+
+
+@db.fast_broadcast
+def softplus(x, a):
+    # (branchy, with a kernel's own math: its loop and a staged loop must agree)
+    if a * x > 30.0:
+        return a * x
+    return math.log1p(math.exp(a * x))
 
 
 def _values(kind, shape):
@@ -339,6 +349,8 @@ def elementwise_program(steps):
                 v = np.where(v > step[1], v * s, -v)   # (the mask: checked by a guard)
             elif kind == "row" and np.ndim(v) > 1:
                 v = v * v[:1]                   # broadcast a row
+            elif kind == "kernel":
+                v = softplus(v, s) * a if np.shape(v) == np.shape(a) else softplus(v, s)
             elif kind == "sum" and np.ndim(v) > 1:
                 v = np.sum(v, axis=step[1], keepdims=step[2])   # (in a loop or not)
         return np.sum(v * v)
@@ -624,3 +636,70 @@ def test_loops_cached_on_disk_are_named_by_the_librarys_fingerprint(tmp_path, mo
         assert _bits(jitted(x)) == _bits(f(x))
     fingerprint = cache._library_fingerprint()[:20]
     assert [p.name for p in tmp_path.iterdir()] == [f"elementwise-{fingerprint}"]
+
+
+# ------------------------------------------------------------- kernels in loops
+
+def _without_kernels_in_loops(monkeypatch):
+    from dualbcast.jit import loop_forms
+    monkeypatch.setattr(loop_forms, "_kernel_form", lambda record, values: None)
+
+
+def _layer(W, b, beta, X):
+    h = softplus(X @ W + b, beta)
+    return np.sum(h * h) + np.sum(h, axis=0) @ b
+
+
+def test_a_kernels_partials_run_in_the_loop_of_the_operations_around_it(monkeypatch):
+    # the bias added before the kernel, the products of its partials after it: one loop
+    rng = np.random.default_rng(3)
+    args = [(rng.normal(size=(2, 24)), rng.normal(size=24), 0.7, rng.normal(size=(40, 2)))
+            for _ in range(3)]
+    value_and_grad = db.value_and_grad(_layer, argnums=(0, 1, 2))
+    fused = db.jit(value_and_grad)
+    got = [fused(*a) for a in args]
+    assert any(loop.kernels for loop in loops_of(fused))
+    _without_kernels_in_loops(monkeypatch)
+    apart = db.jit(value_and_grad)
+    want = [apart(*a) for a in args]
+    assert not any(loop.kernels for loop in loops_of(apart))
+    for (v, g), (w, h) in zip(got, want):         # the same operations: the same bits
+        assert _bits(v) == _bits(w) and all(_bits(x) == _bits(y) for x, y in zip(g, h))
+    for a, (v, g) in zip(args, got):                # and eager's, to rounding
+        assert_same_to_rounding(value_and_grad(*a), (v, g))
+
+
+def test_a_kernel_map_in_a_loop_keeps_eagers_bits_and_a_kernels_error_is_raised():
+    @db.fast_broadcast
+    def checked(x, a):
+        if x > 50.0:
+            raise ValueError("x is too large")
+        return x * math.exp(-a * x)
+
+    def f(x, y, a):
+        return checked(x * y + 1.0, a) - y
+
+    jitted = db.jit(f)
+    x, y = RNG.standard_normal((30, 5)), RNG.standard_normal((30, 5))
+    for _ in range(3):
+        assert _bits(jitted(x, y, 0.3)) == _bits(f(x, y, 0.3))
+    (loop,) = loops_of(jitted)
+    assert loop.kernels and loop.calls == 2
+    x[4, 2], y[4, 2] = 10.0, 10.0
+    with pytest.raises(ValueError, match="too large"):
+        f(x, y, 0.3)
+    with pytest.raises(ValueError, match="too large"):
+        jitted(x, y, 0.3)
+
+
+def test_a_fastmath_kernel_stays_its_own_loop():
+    fast = db.fast_broadcast(fastmath=True)(lambda x, a: x * math.exp(-a * x))
+
+    def f(x, a):
+        return fast(x + 1.0, a) * 2.0
+
+    jitted = db.jit(f)
+    x = RNG.standard_normal((30, 5))
+    for _ in range(3):
+        assert _bits(jitted(x, 0.5)) == _bits(f(x, 0.5))
+    assert not any(loop.kernels for loop in loops_of(jitted))

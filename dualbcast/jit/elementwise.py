@@ -19,6 +19,7 @@ meet it as the eager call does.
 import math
 import time
 
+import numba
 import numpy as np
 
 from ..compile_log import logger
@@ -27,6 +28,7 @@ from ..core.tape import traced_positions
 from . import policy
 from .loop_cache import LOOPS
 from .loop_forms import POSITIONS
+from .loop_kernels import KERNELS_HEADER, KernelCall
 from .loop_sums import SUMS_HEADER, Reduction
 
 
@@ -82,6 +84,8 @@ class ElementwiseGroup:
         self.written = []           # the same in the loop's order (set by finish)
         self.sums = []              # the sums it adds up after its elements (Reduction)
         self.reductions = set()     # their slots (not values per element)
+        self.kernels = []           # the kernel calls it makes per element (KernelCall)
+        self.tuples = set()         # their slots of partials loops (tuples: never written)
         self.buffers = []           # the slots whose elements it writes (set by finish):
         #                             the written ones, then the terms of its sums
         self.ints = list(shape)     # the loop's integer argument: sizes, then bounds
@@ -112,6 +116,19 @@ class ElementwiseGroup:
             self.names.append("sum")
             self.plain.append(False)
             return
+        if kind == "kernel":
+            call = KernelCall(form[1], len(self.kernels), record.out)
+            self.kernels.append(call)
+            self.element += call.element(self._operands(record, traced, rename, values))
+            if call.loop == "partials":
+                self.tuples.add(record.out)
+            self._took(record, getattr(form[1], "__name__", "kernel"), True)
+            return
+        if kind == "part":
+            parts = rename.get(record.parents[0], record.parents[0])
+            self.element.append(f"v{record.out} = v{parts}_{form[1]}")
+            self._took(record, "getitem", True)
+            return
         if kind in ("read", "scatter", "gather"):
             slot = rename.get(record.parents[0], record.parents[0])
             if kind == "read":
@@ -124,24 +141,35 @@ class ElementwiseGroup:
                     index = ("slot", rename.get(index[1], index[1]))
                 value = self._gather(("slot", slot), index)
         else:
-            operands = []
-            for i, arg in enumerate(record.args):
-                if i in traced:
-                    slot = rename.get(traced[i], traced[i])
-                    operands.append(f"v{slot}" if slot in self.slots else
-                                    self._input(("slot", slot), values[slot]))
-                else:
-                    operands.append(self._input(("constant", id(arg)), arg))
+            operands = self._operands(record, traced, rename, values)
             names = POSITIONS[kind]
             value = form[1].format(**dict(zip(names, operands)))
         self.element.append(f"v{record.out} = {value}")
         if kind == "form":          # (a selection makes no new value: nothing to check)
             self.element.append(f"bad |= v{record.out} - v{record.out} != 0.0")
+        self._took(record, getattr(record.func, "__name__", type(record.func).__name__),
+                   kind in ("read", "gather") or kind == "form" and isinstance(
+                       OPERATOR_UFUNCS.get(record.func, record.func), np.ufunc))
+
+    def _took(self, record, name, plain):
+        """``record`` is the group's: named ``name`` (the log's), ``plain``: as fast
+        alone as a NumPy call (a group of one plain record is not worth a loop)."""
         self.records.append(record)
-        self.names.append(getattr(record.func, "__name__", type(record.func).__name__))
-        self.plain.append(kind in ("read", "gather") or kind == "form" and isinstance(
-            OPERATOR_UFUNCS.get(record.func, record.func), np.ufunc))
+        self.names.append(name)
+        self.plain.append(plain)
         self.slots.add(record.out)
+
+    def _operands(self, record, traced, rename, values):
+        """The names of ``record``'s operands per element: its own values, inputs."""
+        operands = []
+        for i, arg in enumerate(record.args):
+            if i in traced:
+                slot = rename.get(traced[i], traced[i])
+                operands.append(f"v{slot}" if slot in self.slots else
+                                self._input(("slot", slot), values[slot]))
+            else:
+                operands.append(self._input(("constant", id(arg)), arg))
+        return operands
 
     def _int(self, value):
         self.ints.append(value)
@@ -223,7 +251,8 @@ class ElementwiseGroup:
         view), as fast as a NumPy call; a NaN-safe product (three passes in NumPy) or a
         slice's cotangent (zeros, then a write) gains alone."""
         self.fused = math.prod(self.shape) >= policy.LOOP_MIN_ELEMENTS and (
-            not all(self.plain) or sum(name not in _COPIES for name in self.names) > 1)
+            not all(self.plain) or sum(name not in _COPIES for name in self.names) > 1) \
+            and not self.outputs & self.tuples    # (a kernel's outputs read as a tuple)
         if self.fused:
             self.mode = self._mode()
             self.fused = self.mode is not None
@@ -292,6 +321,8 @@ class ElementwiseGroup:
             lines.append(f"    if {' or '.join(checks)}:")
             lines.append("        return 1")
         lines.append("    bad = False")
+        for call in self.kernels:
+            lines += call.head()
         shape = ", ".join(f"n{axis}" for axis in range(ndim))
         lines += [f"    o{k} = np.empty(({shape},))"       # (the terms of sums only)
                   for k in range(len(self.written), len(buffers))]
@@ -306,7 +337,8 @@ class ElementwiseGroup:
         for m, reduction in enumerate(self.sums):
             lines += reduction.source(f"q{m}", f"o{buffers.index(reduction.operand)}", ndim)
         lines.append("    return 2 if bad else 0")
-        header = _HEADER + (SUMS_HEADER if self.sums else "")
+        header = "".join(call.key() for call in self.kernels) + _HEADER \
+            + (SUMS_HEADER if self.sums else "") + (KERNELS_HEADER if self.kernels else "")
         return header + "\n".join(lines) + "\n"
 
     def _flat(self, lines, outputs):
@@ -428,15 +460,16 @@ class ElementwiseGroup:
         if args is None:
             return False
         if self.calls == 0:
+            # (compiled apart from the call: an error a kernel raises is the user's, and
+            # the replay meets it)
             try:
                 start = time.perf_counter()
-                code = function(*args)
+                function.compile(tuple(map(numba.typeof, args)))
             except Exception as error:  # not a user's error: the records run as NumPy calls
                 return self._failed(error)
             logger.debug(f"db.jit: an elementwise loop ({describe(self)}) compiled or "
                          f"loaded in {time.perf_counter() - start:.2f} s")
-        else:
-            code = function(*args)
+        code = function(*args)
         self.calls += 1
         if code:
             self.handed_back += 1
@@ -493,9 +526,12 @@ class ElementwiseGroup:
 
     def _compile(self):
         """The loop's dispatcher: the process's one for its source (see
-        :data:`.loop_cache.LOOPS`), or a new one (compiled at its first call, from the disk cache's
-        file of its source where there is one); None past :data:`.policy.MAX_LOOPS`."""
-        function = LOOPS.dispatcher(self.source)
+        :data:`.loop_cache.LOOPS`), or a new one (compiled at its first call, from the
+        disk cache's file of its source where there is one); None past
+        :data:`.policy.MAX_LOOPS`."""
+        function = LOOPS.dispatcher(self.source, {
+            call.name: call.kernel.scalar_kernel for call in self.kernels},
+            all(call.kernel.cache_key is not None for call in self.kernels))
         if function is None:
             self.failed = True
         self.function = function

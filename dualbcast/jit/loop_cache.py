@@ -24,9 +24,12 @@ class _Loops:
     def __len__(self):
         return len(self.by_source)
 
-    def dispatcher(self, source):
+    def dispatcher(self, source, namespace, cacheable):
         """The dispatcher of ``source``'s loop (compiled at its first call, from the
-        disk cache's file of its source where there is one); None past the bound."""
+        disk cache's file of its source where there is one and ``cacheable``), the
+        kernels it calls bound by ``namespace``; None past the bound.  (A source names
+        the kernels it calls, by their cache keys, or identities: one source, one
+        computation.)"""
         with self.lock:
             function = self.by_source.get(source)
             if function is None:
@@ -38,18 +41,19 @@ class _Loops:
                                     f"calls (compiled code stays in memory until the "
                                     f"process ends)")
                     return None
-                function = self.by_source[source] = _dispatcher(source)
+                function = self.by_source[source] = _dispatcher(source, namespace, cacheable)
             return function
 
 
 LOOPS = _Loops()
 
 
-def _dispatcher(source):
+def _dispatcher(source, namespace, cacheable):
     name = hashlib.sha256(source.encode()).hexdigest()[:24]
-    module = load_loop(source, {}, library_directory("elementwise"), name)
+    module = load_loop(source, namespace, library_directory("elementwise"), name) \
+        if cacheable else None
     if module is None:
-        namespace = {}
+        namespace = dict(namespace)
         exec(compile(source, "<dualbcast elementwise loop>", "exec"), namespace)
         return guarded_njit(error_model="numpy", nogil=True)(namespace["loop"])
     return guarded_njit(error_model="numpy", nogil=True, cache=True)(module.loop)

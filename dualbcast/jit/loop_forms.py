@@ -10,7 +10,9 @@ loops: NumPy's vectorised versions round otherwise than the C library's.  So do
 ``np.maximum`` and ``np.minimum``: NumPy's vector loop returns the second operand at a
 tie (``maximum(0.0, -0.0)`` is -0.0), its scalar loop the first.
 
-A sum of a value the loop computes is the loop's too, when NumPy's order of additions
+A kernel's map or partials loop is computed per element by its scalar function, as
+its own loop computes it (:func:`_kernel_form`, :mod:`.loop_kernels`).  A sum of a
+value the loop computes is the loop's too, when NumPy's order of additions
 is one a loop can follow (:func:`_sum_form`): the loop writes the terms, then adds
 them up as NumPy would.
 """
@@ -23,6 +25,7 @@ from ..core.operators import OPERATOR_UFUNCS
 from ..core.registry import SCALAR_FORMS
 from ..core.tape import Record, traced_positions
 from ..rules.common import scattered
+from ..rules.fast_nested import KernelLoop
 from ..rules.reductions import summed
 from ..rules.shapes import take_rows
 from . import policy
@@ -44,12 +47,16 @@ def loop_form(record, values):
     ``np.where`` (over ``{c}``, ``{x}``, ``{y}``); ``("read", starts, shape)`` for
     a basic slice ``a[1:, :-1]`` of an array of ``shape`` (read at the offsets
     ``starts``); ``("scatter", bounds)`` for a slice's cotangent (its input where the
-    slice is, 0 elsewhere); None when a loop does not compute it (or a loop's result
-    would not be NumPy's: another dtype, another memory order)."""
+    slice is, 0 elsewhere); ``("gather", index)`` for rows taken by an index array;
+    ``("kernel", call, shape)`` and ``("part", j)`` for a kernel's loop and its
+    outputs; ``("sum", kind, split)`` for a sum; None when a loop does not compute it
+    (or a loop's result would not be NumPy's: another dtype, another memory order)."""
     if type(record) is not Record:
         return None
     if record.func is summed:
         return _sum_form(record, values)
+    if type(record.func) is KernelLoop:
+        return _kernel_form(record, values)
     if record.kwargs:
         return None
     answer = values[record.out]
@@ -84,6 +91,45 @@ def loop_form(record, values):
             return None
         return ("form", _FAST_POWERS[exponent])
     return ("form", form.value)
+
+
+def _kernel_form(record, values):
+    """A kernel's map or partials loop (``k(x, a)``, ``k.value_and_partials``):
+    ``("kernel", call, shape)``, computed per element by the kernel's scalar function
+    as its own loop calls it (on dual numbers seeded alike: the same bits), when every
+    output is a C-contiguous float64 array of ``shape`` and every operand a float64
+    array broadcast to it or a number; its partials are read by ``("part", j)``."""
+    call = record.func
+    prepared = call.prepared
+    answer = values[record.out]
+    outputs = answer if type(answer) is tuple else (answer,)
+    if call.loop not in ("map", "partials") or prepared is None or record.kwargs \
+            or record.others or call.kernel.fastmath or prepared.plan.dtype != _FLOAT64 \
+            or len(record.args) != call.nargs:
+        return None
+    spec = prepared.loop.spec
+    if call.loop == "partials" and (spec.mode != "partials" or tuple(call.spec) != spec.active
+                                    or len(outputs) != 1 + spec.n):
+        return None
+    shape = outputs[0].shape if type(outputs[0]) is np.ndarray else None
+    if shape is None or not shape or not all(
+            type(out) is np.ndarray and out.dtype == _FLOAT64 and out.shape == shape
+            and out.flags.c_contiguous for out in outputs):
+        return None
+    traced = traced_positions(record)
+    if not all(_loopable(values[traced[i]] if i in traced else arg, shape)
+               for i, arg in enumerate(record.args)):
+        return None
+    return ("kernel", call, shape)
+
+
+def _part_form(record, values):
+    """``parts[j]`` of a kernel's partials loop's outputs (a tuple): ``("part", j)``."""
+    parts, index = values[record.parents[0]], record.args[1]
+    if type(parts) is not tuple or type(index) is not int or not 0 <= index < len(parts) \
+            or record.argnums != (0,) or record.others:
+        return None
+    return ("part", index)
 
 
 def _select_form(record, values, shape):
@@ -170,6 +216,8 @@ def _read_form(record, values, shape):
     if record.argnums != (0,) or record.others:
         return None
     base = values[record.parents[0]]
+    if type(base) is tuple:
+        return _part_form(record, values)
     if type(base) is not np.ndarray or base.dtype != _FLOAT64 or base.ndim != len(shape):
         return None
     bounds = _step_one(record.args[1], base.shape)

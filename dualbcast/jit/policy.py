@@ -57,6 +57,9 @@ SHARED_FUNCTIONS = 64
 LOOP_MIN_ELEMENTS = 2048
 # The most records one loop holds: Numba's compile time grows with the loop's length.
 LOOP_MAX_RECORDS = 48
+# The most kernel calls one loop holds: each compiles into it, ~0.3 s a kernel's
+# partials (its dual-number rules' typing), once, then cached on disk.
+LOOP_MAX_KERNELS = 4
 # Rows shorter than this (x, y, z coordinates) are not looped over one by one: a loop
 # over rows of 3 runs at 5 ns an element, a flat one at 0.7 (ElementwiseGroup._mode).
 LOOP_SHORT_ROWS = 16

@@ -235,6 +235,8 @@ class _Grouping:
         form = loop_form(record, values)
         if form is not None and form[0] == "sum":
             form = self._sum_joins(record, form)
+        elif form is not None and form[0] == "part":
+            form = self._part_joins(slots[0], form)
         if form is None:
             for slot in slots:
                 self.read_outside(slot)
@@ -260,9 +262,10 @@ class _Grouping:
             group.add(record, form, rename, values)
             self.member_of[record.out] = group
             return
-        shape = values[record.out].shape
+        shape = form[2] if form[0] == "kernel" else values[record.out].shape
         group = self.open_groups.get(shape)
-        if group is None or len(group.records) >= policy.LOOP_MAX_RECORDS:
+        if group is None or len(group.records) >= policy.LOOP_MAX_RECORDS or (
+                form[0] == "kernel" and len(group.kernels) >= policy.LOOP_MAX_KERNELS):
             group = self.open_groups[shape] = ElementwiseGroup(shape)
             self.groups.append(group)
         if not offset:
@@ -278,6 +281,15 @@ class _Grouping:
             self.steps[self.placed[group]] = None
         self.placed[group] = len(self.steps)
         self.steps.append(("group", group, position))
+
+    def _part_joins(self, parts, form):
+        """A kernel's output's form if its kernel's group is open to it, else None (a
+        NumPy call: the group then writes the kernel's outputs, so it is no loop)."""
+        group = self.member_of.get(parts)
+        if group is None or self.open_groups.get(group.shape) is not group \
+                or len(group.records) >= policy.LOOP_MAX_RECORDS:
+            return None
+        return form
 
     def _sum_joins(self, record, form):
         """A sum's form if a group computes its operand (the sum joins it, open or
