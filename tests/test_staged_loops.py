@@ -304,7 +304,8 @@ STEPS = st.lists(st.one_of(
     st.tuples(st.just("where"), st.sampled_from([0.0, 0.5])),
     st.tuples(st.just("row"),),
     st.tuples(st.just("sum"), st.sampled_from([0, -1, (0, -1), 1]), st.booleans()),
-    st.tuples(st.just("kernel"),)),
+    st.tuples(st.just("kernel"),),
+    st.tuples(st.just("gather"),)),
     min_size=1, max_size=8)
 
 
@@ -349,6 +350,9 @@ def elementwise_program(steps):
                 v = np.where(v > step[1], v * s, -v)   # (the mask: checked by a guard)
             elif kind == "row" and np.ndim(v) > 1:
                 v = v * v[:1]                   # broadcast a row
+            elif kind == "gather" and np.ndim(v):
+                n = np.shape(v)[0]              # (rows repeated, negative ones)
+                v = v[(np.arange(n) * 3) % n - n // 2]
             elif kind == "kernel":
                 v = softplus(v, s) * a if np.shape(v) == np.shape(a) else softplus(v, s)
             elif kind == "sum" and np.ndim(v) > 1:
@@ -703,3 +707,41 @@ def test_a_fastmath_kernel_stays_its_own_loop():
     for _ in range(3):
         assert _bits(jitted(x, 0.5)) == _bits(f(x, 0.5))
     assert not any(loop.kernels for loop in loops_of(jitted))
+
+
+# ------------------------------------------------------------- scatter-adds in loops
+
+def _without_scatter_adds_in_loops(monkeypatch):
+    from dualbcast.jit import loop_forms
+    monkeypatch.setattr(loop_forms, "_scatter_add_form", lambda record, values: None)
+
+
+def _pair_energy(X, i, j, a):
+    d = X[j] - X[i]
+    r2 = np.sum(d * d, axis=-1)
+    return np.sum(a * r2 / (1.0 + r2))
+
+
+@pytest.mark.parametrize("shape", [(40, 3), (40, 20), (40,)])
+def test_gathers_cotangents_are_added_in_by_the_loop_as_np_add_at_adds(shape, monkeypatch):
+    # repeated and negative indices: each row added in where it goes, in the rows' order
+    rng = np.random.default_rng(8)
+    i, j = rng.integers(-40, 40, 500), rng.integers(0, 40, 500)
+    Xs = [rng.standard_normal(shape) for _ in range(3)]
+    gradient = db.grad(_pair_energy)
+    fused = db.jit(gradient)
+    got = [fused(X, i, j, 0.7) for X in Xs]
+    assert any(loop.scatters for loop in loops_of(fused))
+    _without_scatter_adds_in_loops(monkeypatch)
+    apart = db.jit(gradient)
+    want = [apart(X, i, j, 0.7) for X in Xs]
+    assert not any(loop.scatters for loop in loops_of(apart))
+    for a, b, X in zip(got, want, Xs):
+        assert _bits(a) == _bits(b)                 # the same additions, in order
+        assert_same_to_rounding(gradient(X, i, j, 0.7), a)
+        x = X.copy()
+        x.flat[5] += 1e-6
+        up = _pair_energy(x, i, j, 0.7)
+        x.flat[5] -= 2e-6
+        central = (up - _pair_energy(x, i, j, 0.7)) / 2e-6
+        np.testing.assert_allclose(a.flat[5], central, rtol=1e-5, atol=1e-8)

@@ -29,7 +29,7 @@ from . import policy
 from .loop_cache import LOOPS
 from .loop_forms import POSITIONS
 from .loop_kernels import KERNELS_HEADER, KernelCall
-from .loop_sums import SUMS_HEADER, Reduction
+from .loop_sums import SUMS_HEADER, Reduction, ScatterAdd
 
 
 _FLOAT64 = np.dtype(np.float64)
@@ -84,6 +84,7 @@ class ElementwiseGroup:
         self.written = []           # the same in the loop's order (set by finish)
         self.sums = []              # the sums it adds up after its elements (Reduction)
         self.reductions = set()     # their slots (not values per element)
+        self.scatters = []          # the scatter-adds it makes per element (ScatterAdd)
         self.kernels = []           # the kernel calls it makes per element (KernelCall)
         self.tuples = set()         # their slots of partials loops (tuples: never written)
         self.buffers = []           # the slots whose elements it writes (set by finish):
@@ -107,13 +108,17 @@ class ElementwiseGroup:
         """Take ``record`` (its slot's value, per element, ``v<slot>``)."""
         traced = traced_positions(record)
         kind = form[0]
-        if kind == "sum":
+        if kind in ("sum", "scatter_add"):
             operand = rename.get(record.parents[0], record.parents[0])
-            self.sums.append(Reduction(record.out, operand, form[1], form[2],
-                                       values[record.out]))
+            if kind == "sum":
+                self.sums.append(Reduction(record.out, operand, form[1], form[2],
+                                           values[record.out]))
+            else:
+                self.scatters.append(self._scatter_add(record.out, operand, form[1],
+                                                       form[2], rename))
             self.reductions.add(record.out)
             self.records.append(record)
-            self.names.append("sum")
+            self.names.append(kind)
             self.plain.append(False)
             return
         if kind == "kernel":
@@ -236,6 +241,17 @@ class ElementwiseGroup:
                         for axis in range(1, len(self.shape))]
         return name
 
+    def _scatter_add(self, slot, operand, index, shape, rename):
+        """A gather's cotangent into ``slot`` (see :class:`.loop_sums.ScatterAdd`), its
+        rows sent where ``index`` (a source, as a gather's) says."""
+        if index[0] == "slot":
+            index = ("slot", rename.get(index[1], index[1]))
+        self._array(index, "index", [])
+        rows = self.reads[-1].array
+        self.checks.append(f"{rows}.shape[0] != n0")
+        inner = self._int(shape[1]) if len(shape) > 1 else "1"
+        return ScatterAdd(slot, operand, rows, shape, self._int(shape[0]), inner)
+
     def _scatter(self, key, bounds):
         """A slice's cotangent: its input where the slice is, 0 elsewhere."""
         lows = [self._int(start) for start, _ in bounds]
@@ -261,7 +277,8 @@ class ElementwiseGroup:
                 # (the caller hands the loop every array at the group's shape)
                 whole = [f"i{axis}" for axis in range(len(self.shape))]
                 for read in self.reads:
-                    read.parts, read.repeated, read.first = whole, (), ()
+                    if read.kind == "full":
+                        read.parts, read.repeated, read.first = whole, (), ()
             elif self.mode == "short":
                 # (the rows' length is written in the source: checked)
                 self.checks.append(f"n{len(self.shape) - 1} != {self.shape[-1]}")
@@ -288,7 +305,10 @@ class ElementwiseGroup:
         among its reads, the short loop ran 2x faster than the loop per axis with the
         long axis innermost that it replaces."""
         whole = [f"i{axis}" for axis in range(len(self.shape))]
-        if all(read.kind == "full" and read.parts == whole for read in self.reads):
+        if self.scatters and len(self.shape) > 2:
+            return None             # (rows of one axis: where a scatter-add's go)
+        reads = [read for read in self.reads if read.kind != "index"]
+        if all(read.kind == "full" and read.parts == whole for read in reads):
             return "flat"
         if any(read.kind == "gather" for read in self.reads):
             # (a gather's row index read per row, in the loop per axis: short rows)
@@ -297,7 +317,7 @@ class ElementwiseGroup:
         if self.shape[-1] >= policy.LOOP_SHORT_ROWS or any(read.kind == "scatter"
                                                             for read in self.reads):
             return "rows"
-        if all(read.kind == "full" for read in self.reads):
+        if all(read.kind == "full" for read in reads):
             return "expanded"
         return "short"
 
@@ -307,7 +327,7 @@ class ElementwiseGroup:
         buffers = self.buffers
         ndim = len(self.shape)
         params = (["n"] + [f"o{k}" for k in range(len(self.written))]
-                  + [f"q{m}" for m in range(len(self.sums))]
+                  + [f"q{m}" for m in range(len(self.sums) + len(self.scatters))]
                   + [read.array for read in self.reads]
                   + [f"s{k}" for k in range(len(self.scalars))])
         lines = [f"def loop({', '.join(params)}):"]
@@ -332,8 +352,16 @@ class ElementwiseGroup:
             indent, element, store = self._rows(lines, len(buffers))
         else:
             indent, element, store = self._short(lines)
+        offset = {"flat": "jj", "expanded": "jj", "short": "i1", "rows": "lo + j"}[self.mode]
+        if self.scatters and ndim == 1 and self.mode in ("short", "rows"):
+            # (1-d over rows or slices: each element is a row, sent where it goes)
+            offset = "0"
+            element = (["i0 = lo + j"] if self.mode == "rows" else []) \
+                + self._scattered_rows("") + element
         lines += [indent + line for line in element + self.element]
         lines += [f"{indent}{store(k)} = v{slot}" for k, slot in enumerate(buffers)]
+        lines += [indent + scatter.element(s, f"q{len(self.sums) + s}", offset)
+                  for s, scatter in enumerate(self.scatters)]
         for m, reduction in enumerate(self.sums):
             lines += reduction.source(f"q{m}", f"o{buffers.index(reduction.operand)}", ndim)
         lines.append("    return 2 if bad else 0")
@@ -345,11 +373,19 @@ class ElementwiseGroup:
         """Every array of the group's shape (C-contiguous, as the caller makes them):
         one row of them all."""
         lines.append(f"    size = {' * '.join(f'n{axis}' for axis in range(len(self.shape)))}")
-        lines += [f"    r{read.name} = {read.array}.reshape(size)" for read in self.reads]
+        reads = [read for read in self.reads if read.kind != "index"]
+        lines += [f"    r{read.name} = {read.array}.reshape(size)" for read in reads]
         lines += [f"    p{k} = o{k}.reshape(size)" for k in range(outputs)]
-        lines.append("    for j in range(size):")
-        return "        ", [f"{read.name} = r{read.name}[j]" for read in self.reads], \
-            lambda k: f"p{k}[j]"
+        element = [f"{read.name} = r{read.name}[j]" for read in reads]
+        if not self.scatters:
+            lines.append("    for j in range(size):")
+            return "        ", element, lambda k: f"p{k}[j]"
+        # (scatter-adds: a row's index read once, then its elements)
+        inner = " * ".join(f"n{axis}" for axis in range(1, len(self.shape))) or "1"
+        lines += [f"    inner = {inner}", "    for i0 in range(n0):"]
+        lines += self._scattered_rows("        ")
+        lines.append("        for jj in range(inner):")
+        return "            ", ["j = i0 * inner + jj"] + element, lambda k: f"p{k}[j]"
 
     def _short(self, lines):
         """Short rows: a loop per axis in order, the last one's length written in the
@@ -363,6 +399,7 @@ class ElementwiseGroup:
             indent += "    "
             if axis == 0:
                 lines += self._gathered_rows(indent)     # (gathers: 2-d or more)
+                lines += self._scattered_rows(indent)
         lines.append(f"{indent}for i{last} in range({self.shape[-1]}):")
         indent += "    "
         element = []
@@ -374,6 +411,11 @@ class ElementwiseGroup:
             element.append(f"{read.name} = {read.array}[{', '.join(index)}]")
         index = ", ".join(f"i{axis}" for axis in range(len(self.shape)))
         return indent, element, lambda k: f"o{k}[{index}]"
+
+    def _scattered_rows(self, indent):
+        """Per row ``i0``, where each scatter-add sends it."""
+        return [line for s, scatter in enumerate(self.scatters)
+                for line in scatter.row(s, indent)]
 
     def _gathered_rows(self, indent):
         """Per row ``i0``, the row each gather reads: its index array's entry, wrapped
@@ -403,6 +445,8 @@ class ElementwiseGroup:
         for axis in range(last):
             lines.append(f"{indent}for i{axis} in range(n{axis}):")
             indent += "    "
+            if axis == 0:
+                lines += self._scattered_rows(indent)    # (2-d: see finish)
         if cuts:
             lines.append(f"{indent}for c in range({len(cuts) + 1}):")
             indent += "    "
@@ -412,6 +456,8 @@ class ElementwiseGroup:
             lines.append(f"{indent}lo, hi = 0, n{last}")
         element = []
         for read in self.reads:
+            if read.kind == "index":
+                continue                # (a scatter-add's: read per row)
             kind, name, array, parts = read.kind, read.name, read.array, read.parts
             if kind == "full" and parts[-1] == "0":     # (constant along the row)
                 lines.append(f"{indent}{name} = {array}[{', '.join(parts)}]")
@@ -455,7 +501,8 @@ class ElementwiseGroup:
             if function is None:
                 return False
         outputs = [np.empty(self.shape) for _ in self.written]
-        sums = [np.empty(max(1, math.prod(reduction.shape))) for reduction in self.sums]
+        sums = [np.empty(max(1, math.prod(reduction.shape))) for reduction in self.sums] + [
+            np.zeros(math.prod(scatter.shape)) for scatter in self.scatters]
         args = self._arguments(values, outputs + sums)
         if args is None:
             return False
@@ -485,6 +532,8 @@ class ElementwiseGroup:
             values[slot] = out
         for reduction, out in zip(self.sums, sums):
             values[reduction.slot] = out.reshape(reduction.shape) if reduction.array else out[0]
+        for scatter, out in zip(self.scatters, sums[len(self.sums):]):
+            values[scatter.slot] = out.reshape(scatter.shape)
         return True
 
     def _arguments(self, values, outputs):
@@ -502,7 +551,8 @@ class ElementwiseGroup:
                 if array.shape != shape:
                     return None             # (another shape than the trace's)
                 array = array[index]
-            if expanded and (array.shape != self.shape or not array.flags.c_contiguous):
+            if expanded and read.kind == "full" and (array.shape != self.shape
+                                                     or not array.flags.c_contiguous):
                 array = _expanded(array, self.shape)
                 if array is None:
                     return None             # (another shape than the trace's)

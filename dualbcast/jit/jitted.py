@@ -62,9 +62,9 @@ def jit(fn: Callable) -> Callable:
     order than the eager pass: equal to rounding.  A staged replay computes a repeated
     operation once, leaves out unused views, and runs float64 elementwise operations
     over 2048 elements or more -- arithmetic, square roots, NaN-safe products, slices
-    and their cotangents, rows gathered by index arrays, ``np.where`` by a mask, kernel
-    calls (their values and partials), and ``np.sum`` of their values over all axes,
-    the leading or the trailing ones -- as
+    and their cotangents, rows gathered by index arrays and their cotangents added
+    back, ``np.where`` by a mask, kernel calls (their values and partials), and
+    ``np.sum`` of their values over all axes, the leading or the trailing ones -- as
     compiled loops (one per run of operations over one shape, cached on disk), with
     NumPy's bits (its order of additions included).  Called inside a
     trace (``db.grad(db.jit(f))``), ``f`` runs as it is.

@@ -8,9 +8,12 @@ negation, square roots, absolute values, NaN-safe products -- or that make no ne
 NumPy's calls give.  ``exp``, ``log``, ``pow`` and the like stay NumPy calls between
 loops: NumPy's vectorised versions round otherwise than the C library's.  So do
 ``np.maximum`` and ``np.minimum``: NumPy's vector loop returns the second operand at a
-tie (``maximum(0.0, -0.0)`` is -0.0), its scalar loop the first.
+tie (``maximum(0.0, -0.0)`` is -0.0), its scalar loop (the tail of an array, on
+CPUs without masked vector loads) the first.
 
-A kernel's map or partials loop is computed per element by its scalar function, as
+A gather's cotangent (``np.add.at`` of rows into zeros) is added in as the loop
+computes its elements, in their order (:func:`_scatter_add_form`).  A kernel's map or
+partials loop is computed per element by its scalar function, as
 its own loop computes it (:func:`_kernel_form`, :mod:`.loop_kernels`).  A sum of a
 value the loop computes is the loop's too, when NumPy's order of additions
 is one a loop can follow (:func:`_sum_form`): the loop writes the terms, then adds
@@ -49,7 +52,8 @@ def loop_form(record, values):
     ``starts``); ``("scatter", bounds)`` for a slice's cotangent (its input where the
     slice is, 0 elsewhere); ``("gather", index)`` for rows taken by an index array;
     ``("kernel", call, shape)`` and ``("part", j)`` for a kernel's loop and its
-    outputs; ``("sum", kind, split)`` for a sum; None when a loop does not compute it
+    outputs; ``("sum", kind, split)`` for a sum; ``("scatter_add", index, shape)`` for
+    a gather's cotangent; None when a loop does not compute it
     (or a loop's result would not be NumPy's: another dtype, another memory order)."""
     if type(record) is not Record:
         return None
@@ -178,7 +182,9 @@ def _step_one(index, shape):
 def _scatter_form(record, values, shape):
     """``scattered(g, index, False, shape, float64)``: ``g`` where the slice is."""
     g, index, repeats, full, dtype = record.args
-    if repeats or dtype != _FLOAT64 or tuple(full) != shape or record.argnums != (0,):
+    if repeats:
+        return _scatter_add_form(record, values)
+    if dtype != _FLOAT64 or tuple(full) != shape or record.argnums != (0,):
         return None
     bounds = _step_one(index, shape)
     g = values[record.parents[0]]
@@ -186,6 +192,33 @@ def _scatter_form(record, values, shape):
             or g.shape != tuple(stop - start for start, stop in bounds):
         return None
     return ("scatter", bounds)
+
+
+def _scatter_add_form(record, values):
+    """``scattered(g, index, True, shape, float64)``, a gather's cotangent
+    (``np.add.at(zeros(shape), index, g)``), ``index`` a 1-d signed integer array (an
+    input, or a constant) along ``g``'s first axis, ``g`` float64 of one or two axes:
+    ``("scatter_add", index, shape)``, the loop adding each element of ``g`` in
+    where it goes, in ``g``'s order (np.add.at's)."""
+    _, index, _, full, dtype = record.args
+    if record.argnums != (0,):
+        return None
+    g = values[record.parents[0]]
+    if dtype != _FLOAT64 or type(g) is not np.ndarray \
+            or g.dtype != _FLOAT64 or g.ndim not in (1, 2) or not g.flags.c_contiguous \
+            or type(full) is not tuple or len(full) != g.ndim or full[1:] != g.shape[1:]:
+        return None
+    if record.others:
+        ((position, slot),) = record.others
+        if position != 1:
+            return None
+        index, source = values[slot], ("slot", slot)
+    else:
+        source = ("constant", index)
+    if type(index) is not np.ndarray or index.dtype.kind != "i" or not index.dtype.isnative \
+            or index.shape != g.shape[:1]:
+        return None
+    return ("scatter_add", source, full)
 
 
 def _gather_form(record, values, shape):

@@ -1,7 +1,12 @@
-"""Sums an elementwise loop (:mod:`.elementwise`) adds up after its elements, in the
-order NumPy adds them (:func:`.loop_forms._sum_form` says which): the loop writes the
-terms, then this code adds them up -- a whole array or a row of trailing axes
-pairwise (:func:`.fused_runtime.pairwise_sum`), leading axes row after row from 0.0.
+"""What an elementwise loop (:mod:`.elementwise`) adds up, in the order NumPy adds it:
+
+- sums (:class:`Reduction`, :func:`.loop_forms._sum_form` says which): the loop
+  writes the terms, then adds them up -- a whole array or a row of trailing axes
+  pairwise (:func:`.fused_runtime.pairwise_sum`), leading axes row after row from 0.0;
+- scatter-adds, a gather's cotangent (:class:`ScatterAdd`): each element added in
+  where its row's index sends it, as it is computed, in the order of the rows, as
+  ``np.add.at`` adds them (into zeros: a term of -0.0 comes out 0.0, as there).
+
 Checked against NumPy bit for bit in tests (terms of -0.0 included)."""
 import numpy as np
 
@@ -52,3 +57,31 @@ class Reduction:
         # (a sum that is not finite of finite terms: NumPy warns of the overflow)
         return lines + [f"    for c in range({q}.size):",
                         f"        bad |= {q}[c] - {q}[c] != 0.0"]
+
+
+class ScatterAdd:
+    """``np.add.at(zeros(shape), index, value)`` of ``operand``'s value (a slot the loop
+    computes, of one or two axes), the rows' ``index`` read by the loop as ``rows``
+    (its argument), into ``slot``; ``count``, ``inner``: the names of ``shape[0]`` and
+    of its rows' length in the loop (its integer arguments: a size is never written
+    in the source)."""
+
+    __slots__ = ("slot", "operand", "rows", "shape", "count", "inner")
+
+    def __init__(self, slot, operand, rows, shape, count, inner):
+        self.slot, self.operand, self.rows, self.shape = slot, operand, rows, shape
+        self.count, self.inner = count, inner
+
+    def row(self, number, indent):
+        """Per row ``i0``: where it goes (``kq<number>``), wrapped once if negative; out
+        of range, the group is handed back (NumPy raises)."""
+        k, n = f"kq{number}", self.count
+        return [f"{indent}{k} = {self.rows}[i0]",
+                f"{indent}if {k} < 0:",
+                f"{indent}    {k} = {k} + {n}",
+                f"{indent}if {k} < 0 or {k} >= {n}:",
+                f"{indent}    return 1"]
+
+    def element(self, number, q, offset):
+        """Per element at ``offset`` in its row: the element added in."""
+        return f"{q}[kq{number} * {self.inner} + {offset}] += v{self.operand}"

@@ -233,7 +233,7 @@ class _Grouping:
         rename, values = self.rename, self.values
         slots = [rename.get(slot, slot) for slot in operand_slots(record)]
         form = loop_form(record, values)
-        if form is not None and form[0] == "sum":
+        if form is not None and form[0] in ("sum", "scatter_add"):
             form = self._sum_joins(record, form)
         elif form is not None and form[0] == "part":
             form = self._part_joins(slots[0], form)
@@ -255,7 +255,7 @@ class _Grouping:
         for slot in slots:
             if slot in getattr(self.member_of.get(slot), "reductions", ()):
                 self.read_outside(slot)         # (a sum read: its group closes)
-        if form[0] == "sum":
+        if form[0] in ("sum", "scatter_add"):
             # (added up where the group runs: its step stays, before whatever read its
             # values since)
             group = self.member_of[slots[0]]
@@ -292,8 +292,9 @@ class _Grouping:
         return form
 
     def _sum_joins(self, record, form):
-        """A sum's form if a group computes its operand (the sum joins it, open or
-        not: it needs only the group's elements), else None (a NumPy call)."""
+        """A sum's or scatter-add's form if a group computes its operand (it joins the
+        group, open or not: it needs only the group's elements), else None (a NumPy
+        call)."""
         operand = self.rename.get(record.parents[0], record.parents[0])
         group = self.member_of.get(operand)
         if group is None or operand not in group.slots or operand in group.reductions \
