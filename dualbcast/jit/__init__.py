@@ -22,9 +22,10 @@ through the tape's recorder hook.  The wing, from the call down:
     operation staged, derivatives' included, and run as generated Python code after
     a plan (:mod:`.staged_plan`: repeats and unused views left out, elementwise runs
     as compiled loops: :mod:`.loop_forms` says what a record computes per element,
-    :mod:`.elementwise` writes the loops, :mod:`.loop_sums` the sums they add up and
-    :mod:`.loop_kernels` the kernel calls they make,
-    :mod:`.loop_cache` keeps them).
+    :mod:`.elementwise` groups the records into loops and runs them,
+    :mod:`.loop_source` writes their code, with :mod:`.loop_sums` for what they add up
+    and :mod:`.loop_kernels` for the kernel calls they make; :mod:`.loop_cache` keeps
+    them).
 
 - :mod:`.out` -- a staged gradient written into the caller's ``out=`` arrays.
 """
