@@ -277,3 +277,26 @@ def test_a_change_numba_cannot_compile_again_is_an_error_not_a_stale_value(kerne
     with pytest.raises(db.FrozenDependencyChanged):
         k.sum_and_partials(X)
 
+
+
+def test_the_options_of_a_called_kernel_or_helper_are_in_the_cache_key():
+    # a fastmath kernel or helper called compiles to other code: another key (found
+    # by a review: the disk cache served code compiled with the other setting)
+    import numba
+
+    def body(x):
+        return x * 2.0 + 1.0
+
+    def calling(inner):
+        @db.fast_broadcast
+        def outer(x):
+            return inner(x) - 1.0
+        return outer
+
+    keys = []
+    for inner in (db.fast_broadcast(body), db.fast_broadcast(fastmath=True)(body),
+                  numba.njit(body), numba.njit(fastmath=True)(body)):
+        outer = calling(inner)
+        assert outer(np.ones(3)).tolist() == [2.0, 2.0, 2.0]     # (compiled: keyed)
+        keys.append(outer.cache_key)
+    assert None not in keys and len(set(keys)) == 4

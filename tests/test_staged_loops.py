@@ -7,6 +7,9 @@ to rounding (a gradient computed inside: its backward pass adds in the staged or
 over random elementwise programs on 1-d to 3-d arrays with broadcasting, slices and
 their cotangents, and NaN, inf and huge values; and that the loops do run."""
 import math
+import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -745,3 +748,84 @@ def test_gathers_cotangents_are_added_in_by_the_loop_as_np_add_at_adds(shape, mo
         x.flat[5] -= 2e-6
         central = (up - _pair_energy(x, i, j, 0.7)) / 2e-6
         np.testing.assert_allclose(a.flat[5], central, rtol=1e-5, atol=1e-8)
+
+
+# A kernel of this module reading a module global (the tests below change it).
+SCALE = 2.0
+
+
+@db.fast_broadcast
+def _scaled(x, a):
+    return SCALE * x * a
+
+
+def test_a_kernel_in_a_loop_whose_global_changes_runs_its_new_code(monkeypatch):
+    # bound as the trace ran it: a changed global makes the kernel's own loop run,
+    # compiled afresh (found by a review: the loop kept the old code)
+    def loss(w, X):
+        return np.sum(_scaled(X * w + 1.0, 0.5) ** 2)
+
+    eager = db.value_and_grad(loss, argnums=(0,))
+    step = db.jit(eager)
+    w, X = np.linspace(0, 1, 8), np.linspace(1, 2, 40).reshape(5, 8)
+    for _ in range(3):
+        step(w, X)
+    assert any(loop.kernels for loop in loops_of(step))
+    monkeypatch.setattr(sys.modules[__name__], "SCALE", 5.0)
+    for _ in range(2):
+        assert_same_to_rounding(eager(w, X), step(w, X))
+
+
+_WRITER_THEN_READER = """
+import sys
+import numpy as np
+import dualbcast as db
+from dualbcast.jit import policy
+policy.LOOP_MIN_ELEMENTS = 1
+SCALE = 2.0
+
+@db.fast_broadcast
+def k(x, a):
+    return SCALE * x * a
+
+def f(x, a):
+    return k.sum(x, a) + k(x + 1.0, a) * 3.0
+
+x = np.linspace(0, 1, 50)
+jitted = db.jit(f)
+if sys.argv[1] == "writer":
+    jitted(x, 0.5)              # traced with SCALE = 2.0, the loop not yet compiled
+    SCALE = 5.0
+for _ in range(3):
+    got = jitted(x, 0.5)
+print((got == f(x, 0.5)).all())
+"""
+
+
+def test_a_loop_compiled_after_its_kernel_changed_is_not_cached_under_the_old_name(tmp_path):
+    # the writer's kernel changes between its trace and its loop's compile; a later
+    # process with the old value must not load the loop (found by a review)
+    script = tmp_path / "writer_reader.py"
+    script.write_text(_WRITER_THEN_READER)
+    environment = {**os.environ, "DUALBCAST_CACHE_DIR": str(tmp_path / "cache")}
+    for role in ("writer", "reader"):
+        done = subprocess.run([sys.executable, str(script), role], capture_output=True,
+                              text=True, env=environment, timeout=600)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split()[-1] == "True", (role, done.stdout, done.stderr)
+
+
+def test_a_kernels_parts_are_kept_room_in_a_full_loop(monkeypatch):
+    # a kernel's outputs must join its loop: one refused for want of room made the
+    # whole group NumPy calls (a review's performance cliff)
+    def energy(x, a):
+        return np.sum(softplus(x * 2.0 + 1.0, a) * x)
+
+    gradient = db.grad(energy)
+    for records in (4, 5, 6, 48):
+        monkeypatch.setattr(policy, "LOOP_MAX_RECORDS", records)
+        jitted = db.jit(gradient)
+        x = RNG.standard_normal((20, 5))
+        for _ in range(3):
+            assert_same_to_rounding(gradient(x, 0.5), jitted(x, 0.5))
+        assert any(loop.kernels for loop in loops_of(jitted)), records

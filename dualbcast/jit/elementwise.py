@@ -326,10 +326,17 @@ class ElementwiseGroup(LoopSource):
         """Run the loop on ``values`` (by slot), writing its outputs there: True, or
         False with nothing written when the records must run as NumPy calls instead
         (an input of another shape, a value that is not finite, no loop compiled)."""
+        if self.failed:
+            return False
+        if self.kernels and not all(call.current() for call in self.kernels):
+            # (a name a kernel reads was bound to another value: its own loop runs,
+            # compiled afresh, from now on)
+            self.failed, self.function = True, None
+            logger.debug(f"db.jit: an elementwise loop ({describe(self)}) calls a kernel "
+                         f"whose globals changed: its records run as NumPy calls")
+            return False
         function = self.function
         if function is None:
-            if self.failed:
-                return False
             try:
                 function = self._compile()
             except Exception as error:  # not a user's error: the records run as NumPy calls
@@ -416,8 +423,8 @@ class ElementwiseGroup(LoopSource):
         disk cache's file of its source where there is one); None past
         :data:`.policy.MAX_LOOPS`."""
         function = LOOPS.dispatcher(self.source, {
-            call.name: call.kernel.scalar_kernel for call in self.kernels},
-            all(call.kernel.cache_key is not None for call in self.kernels))
+            call.name: call.scalar for call in self.kernels},
+            all(call.cache_key is not None for call in self.kernels))
         if function is None:
             self.failed = True
         self.function = function

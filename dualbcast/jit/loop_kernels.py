@@ -9,6 +9,12 @@ dual number seeded with a unit partial, the value and the partials read off the
 result -- the same operations, so the same bits (a kernel's math is dualbcast's own,
 branch-free, without ``fastmath``: a fastmath kernel stays its own loop).  A kernel
 raises as it does in its own loop; the replay then meets the error and traces again.
+
+The kernel is bound as the trace ran it: its scalar function, the values of the names
+it reads, and its cache key, of one generation.  The loop's source names that key (or,
+for a kernel not cached on disk, the scalar function, which the loop keeps alive), and
+every run first checks that the names still have those values: when one changed, the
+kernel's own loop (compiled afresh) runs instead.
 """
 
 # (the names the calls use; a loop's cached code inlines them: its directory is
@@ -24,11 +30,18 @@ class KernelCall:
     value per element is ``v<out>`` (map) or its outputs ``v<out>_<j>`` (the value,
     then the partials: partials)."""
 
-    __slots__ = ("kernel", "number", "out", "loop", "active")
+    __slots__ = ("number", "out", "loop", "active", "scalar", "dependencies", "cache_key")
 
     def __init__(self, call, number, out):
-        self.kernel, self.number, self.out, self.loop = call.kernel, number, out, call.loop
+        self.number, self.out, self.loop = number, out, call.loop
         self.active = call.prepared.loop.spec.active if call.loop == "partials" else ()
+        kernel = call.kernel
+        self.scalar, self.dependencies, self.cache_key = \
+            kernel.scalar_kernel, kernel.dependencies, kernel.cache_key
+
+    def current(self):
+        """Whether the names the kernel reads still have the values it was bound with."""
+        return self.dependencies.unchanged()
 
     @property
     def name(self):
@@ -37,10 +50,11 @@ class KernelCall:
 
     def key(self):
         """The source's line naming the compiled kernel: its cache key (a digest of
-        its code and what it reads), or, for a kernel not cached on disk, its
-        identity (the loop is then not cached either)."""
-        key = self.kernel.cache_key
-        return f"# {self.name}: {key if key is not None else f'id {id(self.kernel)}'}\n"
+        its code and what it reads), or, for a kernel not cached on disk, its scalar
+        function's identity (kept alive by the loop; the loop is then not cached
+        either)."""
+        key = self.cache_key
+        return f"# {self.name}: {key if key is not None else f'id {id(self.scalar)}'}\n"
 
     def head(self):
         """Before the loop: the unit seeds of the differentiated operands."""

@@ -264,7 +264,9 @@ class _Grouping:
             return
         shape = form[2] if form[0] == "kernel" else values[record.out].shape
         group = self.open_groups.get(shape)
-        if group is None or len(group.records) >= policy.LOOP_MAX_RECORDS or (
+        # (a kernel's parts join after it: room is kept for them)
+        room = 1 + (form[1].outputs or 0) if form[0] == "kernel" else 1
+        if group is None or len(group.records) + room > policy.LOOP_MAX_RECORDS or (
                 form[0] == "kernel" and len(group.kernels) >= policy.LOOP_MAX_KERNELS):
             group = self.open_groups[shape] = ElementwiseGroup(shape)
             self.groups.append(group)
@@ -283,11 +285,11 @@ class _Grouping:
         self.steps.append(("group", group, position))
 
     def _part_joins(self, parts, form):
-        """A kernel's output's form if its kernel's group is open to it, else None (a
-        NumPy call: the group then writes the kernel's outputs, so it is no loop)."""
+        """A kernel's output's form if its kernel's group is open to it (room was kept
+        for it), else None (a NumPy call: the group then writes the kernel's outputs,
+        so it is no loop)."""
         group = self.member_of.get(parts)
-        if group is None or self.open_groups.get(group.shape) is not group \
-                or len(group.records) >= policy.LOOP_MAX_RECORDS:
+        if group is None or self.open_groups.get(group.shape) is not group:
             return None
         return form
 

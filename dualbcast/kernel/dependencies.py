@@ -224,10 +224,14 @@ class _Walk:
                 self.update(f"{py_func.__module__}.{py_func.__qualname__}".encode())
                 return
             if hasattr(value, "scalar_kernel"):
-                self.update(repr(getattr(value, "libm", None)).encode())
+                # (its options change its code: a fastmath kernel called, libm's math)
+                self.update(repr((getattr(value, "libm", None),
+                                  getattr(value, "fastmath", None))).encode())
                 self.function(py_func)
                 self.deps.kernels.append(value)
             elif hasattr(value, "recompile"):
+                # (a numba.njit helper: its options too -- fastmath, error_model)
+                self.update(repr(sorted(getattr(value, "targetoptions", {}).items())).encode())
                 self.function(py_func, defaults_frozen_by=value)
                 if self.frozen_by is None:
                     self.deps.dispatchers.append(value)     # (after its own callees)
