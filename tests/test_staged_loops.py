@@ -29,8 +29,11 @@ RNG = np.random.default_rng(17)
 
 @pytest.fixture(autouse=True)
 def loops_at_every_size(monkeypatch):
-    # (loops are compiled from 2048 elements on: these tests' arrays are smaller)
+    # (loops are compiled from 2048 elements on: these tests' arrays are smaller; and
+    # a process compiles at most 256, which the random programs of a long profile,
+    # DUALBCAST_EXAMPLES=20, use up before the tests that check a loop ran)
     monkeypatch.setattr(policy, "LOOP_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(policy, "MAX_LOOPS", 100_000)
 
 
 def loops_of(jitted):
@@ -306,7 +309,8 @@ STEPS = st.lists(st.one_of(
     st.tuples(st.just("stencil"), st.sampled_from([0, -1])),
     st.tuples(st.just("where"), st.sampled_from([0.0, 0.5])),
     st.tuples(st.just("row"),),
-    st.tuples(st.just("sum"), st.sampled_from([0, -1, (0, -1), 1]), st.booleans()),
+    st.tuples(st.sampled_from(["sum", "mean"]), st.sampled_from([0, -1, (0, -1), 1]),
+              st.booleans()),
     st.tuples(st.just("kernel"),),
     st.tuples(st.just("gather"),)),
     min_size=1, max_size=8)
@@ -358,8 +362,9 @@ def elementwise_program(steps):
                 v = v[(np.arange(n) * 3) % n - n // 2]
             elif kind == "kernel":
                 v = softplus(v, s) * a if np.shape(v) == np.shape(a) else softplus(v, s)
-            elif kind == "sum" and np.ndim(v) > 1:
-                v = np.sum(v, axis=step[1], keepdims=step[2])   # (in a loop or not)
+            elif kind in ("sum", "mean") and np.ndim(v) > 1:
+                reduce = np.sum if kind == "sum" else np.mean   # (in a loop or not)
+                v = reduce(v, axis=step[1], keepdims=step[2])
         return np.sum(v * v)
     return f
 
@@ -589,6 +594,23 @@ def test_sums_of_a_loops_values_are_added_up_in_the_loop_as_numpy_adds(shape, ax
             assert _bits(a) == _bits(b)
     (loop,) = loops_of(jitted)
     assert loop.sums and loop.calls == 2      # (the first call traces)
+
+
+@pytest.mark.parametrize("shape, axis, keepdims", [
+    ((300, 5), None, False), ((40, 3), -1, True), ((300, 4), 0, False), ((6, 300), 1, False)])
+def test_means_are_the_loops_sums_divided_as_numpy_divides(shape, axis, keepdims):
+    def f(x, y):
+        d = x * y - 0.5
+        return np.mean(d * d, axis=axis, keepdims=keepdims)
+
+    jitted = db.jit(f)
+    for _ in range(3):
+        x, y = RNG.standard_normal(shape) * 1e3, RNG.standard_normal(shape)
+        got, want = jitted(x, y), f(x, y)
+        assert type(got) is type(want) and np.shape(got) == np.shape(want)
+        assert _bits(got) == _bits(want)
+    (loop,) = loops_of(jitted)
+    assert loop.sums and loop.sums[0].count is not None
 
 
 @pytest.mark.parametrize("axis", [1, (0, 2)])
@@ -829,3 +851,21 @@ def test_a_kernels_parts_are_kept_room_in_a_full_loop(monkeypatch):
         for _ in range(3):
             assert_same_to_rounding(gradient(x, 0.5), jitted(x, 0.5))
         assert any(loop.kernels for loop in loops_of(jitted)), records
+
+
+def test_past_the_process_bound_new_loops_run_as_numpy_calls_said_once(monkeypatch, caplog):
+    # (Numba never frees compiled code: a process compiles at most policy.MAX_LOOPS)
+    from dualbcast.jit import elementwise, loop_cache
+    monkeypatch.setattr(elementwise, "LOOPS", loop_cache._Loops())
+    monkeypatch.setattr(policy, "MAX_LOOPS", 0)
+    f = lambda x, y: np.sum((x * y - 1.0) * x)
+    g = lambda x, y: (x - y) * (x + y)
+    x, y = RNG.standard_normal(50), RNG.standard_normal(50)
+    with caplog.at_level("INFO", logger="dualbcast"):
+        for function in (f, g):
+            jitted = db.jit(function)
+            for _ in range(3):
+                assert _bits(jitted(x, y)) == _bits(function(x, y))
+            assert not loops_of(jitted)
+    said = [r for r in caplog.records if "different elementwise loops" in r.getMessage()]
+    assert len(said) == 1

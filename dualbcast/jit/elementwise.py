@@ -110,8 +110,9 @@ class ElementwiseGroup(LoopSource):
         if kind in ("sum", "scatter_add"):
             operand = rename.get(record.parents[0], record.parents[0])
             if kind == "sum":
+                count = None if form[3] is None else self._int(form[3])
                 self.sums.append(Reduction(record.out, operand, form[1], form[2],
-                                           values[record.out]))
+                                           values[record.out], count))
             else:
                 self.scatters.append(self._scatter_add(record.out, operand, form[1],
                                                        form[2], rename))

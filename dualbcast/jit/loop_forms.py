@@ -52,12 +52,13 @@ def loop_form(record, values):
     ``starts``); ``("scatter", bounds)`` for a slice's cotangent (its input where the
     slice is, 0 elsewhere); ``("gather", index)`` for rows taken by an index array;
     ``("kernel", call, shape)`` and ``("part", j)`` for a kernel's loop and its
-    outputs; ``("sum", kind, split)`` for a sum; ``("scatter_add", index, shape)`` for
-    a gather's cotangent; None when a loop does not compute it
-    (or a loop's result would not be NumPy's: another dtype, another memory order)."""
+    outputs; ``("sum", kind, split, count)`` for a sum or a mean;
+    ``("scatter_add", index, shape)`` for a gather's cotangent; None when a loop does
+    not compute it (or a loop's result would not be NumPy's: another dtype, another
+    memory order)."""
     if type(record) is not Record:
         return None
-    if record.func is summed:
+    if record.func is summed or record.func is np.mean:
         return _sum_form(record, values)
     if type(record.func) is KernelLoop:
         return _kernel_form(record, values)
@@ -262,11 +263,13 @@ def _read_form(record, values, shape):
 
 def _sum_form(record, values):
     """``np.sum(a, axis)`` of a C-contiguous float64 array, as NumPy adds it up
-    (axes of length 1 aside, which do not change its order): ``("sum", "whole", 0)``
-    over every axis (pairwise, as ``np.add.reduce`` adds a contiguous array);
-    ``("sum", "trailing", split)`` over the axes from ``split`` on (pairwise, row by
-    row); ``("sum", "leading", split)`` over those before it (row after row, in
-    order, from 0.0).  Other axes: None (NumPy's iterator adds in another order)."""
+    (axes of length 1 aside, which do not change its order): ``("sum", "whole", 0,
+    count)`` over every axis (pairwise, as ``np.add.reduce`` adds a contiguous
+    array); ``("sum", "trailing", split, count)`` over the axes from ``split`` on
+    (pairwise, row by row); ``("sum", "leading", split, count)`` over those before
+    it (row after row, in order, from 0.0).  Other axes: None (NumPy's iterator adds
+    in another order).  ``np.mean`` is the same sum divided by ``count``, the number
+    of elements added up into each (as NumPy divides it); a sum's count is None."""
     a = values[record.parents[0]] if record.argnums == (0,) and not record.others else None
     answer = values[record.out]
     if type(a) is not np.ndarray or a.dtype != _FLOAT64 or not a.flags.c_contiguous \
@@ -278,18 +281,19 @@ def _sum_form(record, values):
         reduced = set(range(a.ndim) if axis is None else normalize_axis_tuple(axis, a.ndim))
     except (TypeError, ValueError):
         return None
+    count = a.size // np.size(answer) if record.func is np.mean else None
     kept = [n > 1 and k not in reduced for k, n in enumerate(a.shape)]
     added = [n > 1 and k in reduced for k, n in enumerate(a.shape)]
     if not any(kept):
-        return ("sum", "whole", 0)
+        return ("sum", "whole", 0, count)
     first_kept = kept.index(True)
     last_kept = len(kept) - 1 - kept[::-1].index(True)
     if not any(added):
         return None             # (nothing added up: not a loop's work)
     if not any(added[first_kept:]):
-        return ("sum", "leading", first_kept)
+        return ("sum", "leading", first_kept, count)
     if not any(added[:last_kept]):
-        return ("sum", "trailing", last_kept + 1)
+        return ("sum", "trailing", last_kept + 1, count)
     return None
 
 

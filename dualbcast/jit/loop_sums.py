@@ -19,13 +19,15 @@ class Reduction:
     """A sum the loop adds up after its elements (:func:`.loop_forms._sum_form`): of
     the value of ``operand`` (a slot the loop computes, its terms written to a buffer),
     ``kind`` ``"whole"``, ``"leading"`` or ``"trailing"`` at axis ``split``, into
-    ``slot``, whose value is an array of ``shape`` (``array``) or a float64 scalar."""
+    ``slot``, whose value is an array of ``shape`` (``array``) or a float64 scalar;
+    a mean's divided by ``count`` (the name of its count in the loop; None: a sum)."""
 
-    __slots__ = ("slot", "operand", "kind", "split", "shape", "array")
+    __slots__ = ("slot", "operand", "kind", "split", "shape", "array", "count")
 
-    def __init__(self, slot, operand, kind, split, answer):
+    def __init__(self, slot, operand, kind, split, answer, count=None):
         self.slot, self.operand, self.kind, self.split = slot, operand, kind, split
         self.shape, self.array = np.shape(answer), type(answer) is np.ndarray
+        self.count = count
 
     def source(self, q, buffer, ndim):
         """The lines adding ``buffer`` (the terms, of the group's shape) up into the
@@ -54,6 +56,10 @@ class Reduction:
                       f"    for r in range(({size}) // rest):",
                       "        for c in range(rest):",
                       f"            {q}[c] += t{q}[r * rest + c]"]
+        if self.count is not None:
+            # (np.mean: the sum divided by the count, a float64 by an int, as NumPy's)
+            lines += [f"    for c in range({q}.size):",
+                      f"        {q}[c] = {q}[c] / {self.count}"]
         # (a sum that is not finite of finite terms: NumPy warns of the overflow)
         return lines + [f"    for c in range({q}.size):",
                         f"        bad |= {q}[c] - {q}[c] != 0.0"]
