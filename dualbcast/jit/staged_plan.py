@@ -264,10 +264,11 @@ class _Grouping:
             return
         shape = form[2] if form[0] == "kernel" else values[record.out].shape
         group = self.open_groups.get(shape)
-        # (a kernel's parts join after it: room is kept for them)
+        # (a kernel's parts join after it, its group's: room is kept for them)
         room = 1 + (form[1].outputs or 0) if form[0] == "kernel" else 1
-        if group is None or len(group.records) + room > policy.LOOP_MAX_RECORDS or (
-                form[0] == "kernel" and len(group.kernels) >= policy.LOOP_MAX_KERNELS):
+        if form[0] != "part" and (
+                group is None or len(group.records) + room > policy.LOOP_MAX_RECORDS
+                or form[0] == "kernel" and len(group.kernels) >= policy.LOOP_MAX_KERNELS):
             group = self.open_groups[shape] = ElementwiseGroup(shape)
             self.groups.append(group)
         if not offset:
