@@ -141,10 +141,7 @@ class ElementwiseGroup(LoopSource):
             elif kind == "scatter":
                 value = self._scatter(("slot", slot), form[1])
             else:
-                index = form[1]
-                if index[0] == "slot":
-                    index = ("slot", rename.get(index[1], index[1]))
-                value = self._gather(("slot", slot), index)
+                value = self._gather(("slot", slot), self._index_rows(form[1], rename))
         else:
             operands = self._operands(record, traced, rename, values)
             names = POSITIONS[kind]
@@ -225,18 +222,25 @@ class ElementwiseGroup(LoopSource):
                         for axis, n in enumerate(shape)]
         return name
 
-    def _gather(self, key, index):
-        """``a[index]`` (``np.take`` along the first axis), ``index`` a 1-d integer
-        array: per row, its entry (wrapped once if negative, as NumPy does; out of
-        range, the group is handed back and NumPy raises); ``a``'s other axes the
-        group's."""
+    def _index_rows(self, index, rename):
+        """An index array read per row ``i0`` (a gather's, a scatter-add's): its name in
+        the loop; ``index`` its source (:func:`.loop_forms._row_index`)."""
+        if index[0] == "slot":
+            index = ("slot", rename.get(index[1], index[1]))
         self._array(index, "index", [])
         rows = self.reads[-1].array
+        self.checks.append(f"{rows}.shape[0] != n0")
+        return rows
+
+    def _gather(self, key, rows):
+        """``a[index]`` (``np.take`` along the first axis), ``index`` a 1-d integer
+        array read as ``rows``: per row, its entry (wrapped once if negative, as NumPy
+        does; out of range, the group is handed back and NumPy raises); ``a``'s other
+        axes the group's."""
         name = self._array(key, "gather", [f"k{len(self.reads)}"] + [
             f"i{axis}" for axis in range(1, len(self.shape))])
         gathered = self.reads[-1]
         gathered.rows = rows
-        self.checks.append(f"{rows}.shape[0] != n0")
         self.checks += [f"{gathered.array}.shape[{axis}] != n{axis}"
                         for axis in range(1, len(self.shape))]
         return name
@@ -244,11 +248,7 @@ class ElementwiseGroup(LoopSource):
     def _scatter_add(self, slot, operand, index, shape, rename):
         """A gather's cotangent into ``slot`` (see :class:`.loop_sums.ScatterAdd`), its
         rows sent where ``index`` (a source, as a gather's) says."""
-        if index[0] == "slot":
-            index = ("slot", rename.get(index[1], index[1]))
-        self._array(index, "index", [])
-        rows = self.reads[-1].array
-        self.checks.append(f"{rows}.shape[0] != n0")
+        rows = self._index_rows(index, rename)
         inner = self._int(shape[1]) if len(shape) > 1 else "1"
         return ScatterAdd(slot, operand, rows, shape, self._int(shape[0]), inner)
 

@@ -202,7 +202,7 @@ def _scatter_add_form(record, values):
     input, or a constant) along ``g``'s first axis, ``g`` float64 of one or two axes:
     ``("scatter_add", index, shape)``, the loop adding each element of ``g`` in
     where it goes, in ``g``'s order (np.add.at's)."""
-    _, index, _, full, dtype = record.args
+    _, _, _, full, dtype = record.args
     if record.argnums != (0,):
         return None
     g = values[record.parents[0]]
@@ -210,17 +210,8 @@ def _scatter_add_form(record, values):
             or g.dtype != _FLOAT64 or g.ndim not in (1, 2) or not g.flags.c_contiguous \
             or type(full) is not tuple or len(full) != g.ndim or full[1:] != g.shape[1:]:
         return None
-    if record.others:
-        ((position, slot),) = record.others
-        if position != 1:
-            return None
-        index, source = values[slot], ("slot", slot)
-    else:
-        source = ("constant", index)
-    if type(index) is not np.ndarray or index.dtype.kind != "i" or not index.dtype.isnative \
-            or index.shape != g.shape[:1]:
-        return None
-    return ("scatter_add", source, full)
+    source = _row_index(record, values, g.shape[0])
+    return None if source is None else ("scatter_add", source, full)
 
 
 def _gather_form(record, values, shape):
@@ -232,6 +223,15 @@ def _gather_form(record, values, shape):
     base = values[record.parents[0]]
     if type(base) is not np.ndarray or base.dtype != _FLOAT64 or base.shape[1:] != shape[1:]:
         return None
+    source = _row_index(record, values, shape[0])
+    return None if source is None else ("gather", source)
+
+
+def _row_index(record, values, rows):
+    """Where a gather's or its cotangent's index comes from (its second argument):
+    ``("slot", n)`` (an input) or ``("constant", array)``, when it is a 1-d signed,
+    native-endian integer array of ``rows`` entries (what a loop reads per row); else
+    None."""
     if record.others:
         ((position, slot),) = record.others
         if position != 1:
@@ -241,9 +241,9 @@ def _gather_form(record, values, shape):
         index = record.args[1]
         source = ("constant", index)
     if type(index) is not np.ndarray or index.dtype.kind != "i" or not index.dtype.isnative \
-            or index.shape != shape[:1]:
+            or index.shape != (rows,):
         return None
-    return ("gather", source)
+    return source
 
 
 def _read_form(record, values, shape):
