@@ -308,6 +308,8 @@ STEPS = st.lists(st.one_of(
                                                   "exp"])),
     st.tuples(st.just("stencil"), st.sampled_from([0, -1])),
     st.tuples(st.just("where"), st.sampled_from([0.0, 0.5])),
+    st.tuples(st.sampled_from(["maximum", "minimum"]), st.sampled_from(["b", 0.0, -0.0, "s"])),
+    st.tuples(st.sampled_from(["clip", "mask times", "logical"]),),
     st.tuples(st.just("row"),),
     st.tuples(st.sampled_from(["sum", "mean"]), st.sampled_from([0, -1, (0, -1), 1]),
               st.booleans()),
@@ -354,7 +356,17 @@ def elementwise_program(steps):
                 else:
                     v = v[..., 1:] * v[..., :-1]
             elif kind == "where":
-                v = np.where(v > step[1], v * s, -v)   # (the mask: checked by a guard)
+                v = np.where(v > step[1], v * s, -v)   # (the mask: the program's)
+            elif kind in ("maximum", "minimum"):
+                w = {"b": b, "s": s}.get(step[1], step[1])
+                if np.shape(w) == np.shape(v) or np.ndim(w) == 0:
+                    v = getattr(np, kind)(v, w)
+            elif kind == "clip":
+                v = np.clip(v, -1.0, 1.5)
+            elif kind == "mask times":
+                v = v * (v > 0.25) + (v <= s) * s
+            elif kind == "logical":
+                v = np.where(~(v > 0) & (v > -1.0) | np.isnan(v), v * s, v)
             elif kind == "row" and np.ndim(v) > 1:
                 v = v * v[:1]                   # broadcast a row
             elif kind == "gather" and np.ndim(v):
@@ -569,6 +581,44 @@ def test_where_with_a_mask_runs_in_a_loop_forward_and_backward():
         assert_same_to_rounding(grad(x, 1.5), jitted(x, 1.5))
         assert _bits(value(x, 1.5)) == _bits(energy(x, 1.5))
     assert any("where" in group.names for group in loops_of(jitted))
+
+
+def test_masks_and_maximum_run_in_loops_with_numpy_s_bits():
+    # (the masks are the program's: computed again per call, in the loop, as are
+    # np.maximum and np.minimum; np.maximum's backward pass compares, then adds bools)
+    def energy(w, x):
+        hinge = np.maximum(w * x, 0.0) + np.minimum(w, x)
+        return np.sum(np.where((w > 0) & ~np.isnan(x), hinge, 0.5 * w) ** 2)
+
+    jitted = db.jit(db.value_and_grad(energy))
+    eager = db.value_and_grad(energy)
+    for call in range(4):
+        w, x = RNG.standard_normal(3000), RNG.standard_normal(3000)
+        value, gradient = jitted(w, x)
+        want_value, want_gradient = eager(w, x)
+        assert _bits(value) == _bits(want_value)
+        assert_same_to_rounding(want_gradient, gradient)
+    names = [name for group in loops_of(jitted) for name in group.names]
+    for name in ("maximum", "minimum", "gt", "bitwise_and", "invert", "isnan", "where", "eq"):
+        assert name in names, (name, names)
+    assert all(group.handed_back == 0 for group in loops_of(jitted))
+
+
+def test_a_tie_of_zeros_of_both_signs_hands_maximum_back_to_numpy():
+    # NumPy's maximum(0.0, -0.0) depends on where the element falls (its vector loop
+    # gives the second operand, its scalar tail the first): the loop gives way there
+    def f(w, x):
+        return np.maximum(w * 2.0, x) - np.minimum(x, w * 2.0)
+
+    jitted = db.jit(f)
+    for call in range(6):
+        w, x = RNG.standard_normal(1001), RNG.standard_normal(1001)
+        if call % 2:
+            w[::3], x[::3] = 0.0, -0.0
+            w[1::5], x[1::5] = -0.0, 0.0
+        assert _bits(jitted(w, x)) == _bits(f(w, x)), call
+    group, = loops_of(jitted)           # (5 replays; the last one met ties: handed back)
+    assert "maximum" in group.names and group.calls == 5 and group.handed_back == 1
 
 
 # ------------------------------------------------------------- sums in loops

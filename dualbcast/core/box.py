@@ -222,28 +222,67 @@ def _complex_result(tape, func):
 
 def constant(func, args, kwargs=_NO_KWARGS):
     """``func`` on the values of ``args`` (boxes may sit one list deep), a constant:
-    noted as an escape when a box was among them."""
-    tape = _tape_among(args) or _tape_among(kwargs.values())
+    see :func:`_left_trace`."""
+    tape, values, kw = _innermost_unboxed(args, kwargs)
     try:
-        result = func(*map(_unbox_nested, args),
-                      **{k: _unbox_nested(v) for k, v in kwargs.items()})
+        result = func(*values, **kw)
     except Exception:
         raised(tape)
         raise
-    if tape is not None and func not in SHAPE_ONLY_FUNCTIONS:
-        escape(tape, func, args, kwargs, result)
-    return result
+    if tape is None or func in SHAPE_ONLY_FUNCTIONS:
+        return result
+    return _left_trace(tape, func, args, values, kwargs, result)
 
 
-def _tape_among(args):
-    for arg in args:
-        if type(arg) is Box:
-            return arg.tape
-        if type(arg) in (list, tuple):
-            for item in arg:
-                if type(item) is Box:
-                    return item.tape
-    return None
+def _left_trace(tape, func, args, values, kwargs, result):
+    """``result = func(*values, **kwargs)`` computed from traced ``args`` leaves the
+    trace ``tape`` as a constant: noted as an escape -- but on a staging trace, an
+    elementwise one (a comparison, ``np.isnan``, ``np.floor``: :func:`elementwise_constant`)
+    is recorded, a mask the program computes, not a branch it took."""
+    if tape.staging and elementwise_constant(func, args, kwargs, result):
+        saved = tuple(value if type(arg) is Box else keep(tape, value)
+                      for arg, value in zip(args, values))
+        others = tuple((i, arg.slot) for i, arg in enumerate(args) if type(arg) is Box)
+        return record(tape, result, (), (), (None,) * len(args), saved, kwargs, func, others)
+    return escape(tape, func, args, kwargs, result)
+
+
+def _innermost_unboxed(args, kwargs):
+    """The innermost trace among the boxes of ``args`` and ``kwargs`` (boxes may sit
+    one list deep), and the arguments with its boxes unwrapped.  Boxes of enclosing
+    traces stay boxes: computing on them records on their own traces (``w > t``, ``w``
+    of a ``grad`` inside ``dualbcast.jit`` and ``t`` a jitted argument, is a constant
+    to the ``grad`` and ``t``'s comparison to the jit trace)."""
+    tape = None
+    for arg in (*args, *kwargs.values()):
+        for item in (arg if type(arg) in (list, tuple) else (arg,)):
+            if type(item) is Box and (tape is None or item.tape.level > tape.level):
+                tape = item.tape
+    if tape is None:
+        return None, args, kwargs
+
+    def unwrapped(x):
+        if type(x) is Box:
+            return x.value if x.tape is tape else x
+        if type(x) in (list, tuple):
+            return type(x)(item.value if type(item) is Box and item.tape is tape else item
+                           for item in x)
+        return x
+    return tape, tuple(map(unwrapped, args)), {k: unwrapped(v) for k, v in kwargs.items()}
+
+
+_COMPARISONS = frozenset({operator.lt, operator.le, operator.gt, operator.ge, operator.eq,
+                          operator.ne})
+
+
+def elementwise_constant(func, args, kwargs, result):
+    """Whether a constant computed from traced values is an array computed elementwise
+    from its operands (a ufunc's or a comparison's), which a replay computes again from
+    its own values: recorded by a staging trace, never checked, and never a branch
+    (``bool()``, ``.any()`` of it are checked as any traced value's)."""
+    return (type(result) is np.ndarray and result.ndim > 0 and not kwargs
+            and (type(func) is np.ufunc or func in _COMPARISONS)
+            and not any(type(arg) in (list, tuple) for arg in args))
 
 
 def unbox(x):
@@ -375,13 +414,31 @@ def _operator_unary(ufunc, op, x):
 
 def _comparison(op):
     def compare(self, other):
+        if type(other) is Box:
+            if other.tape is not self.tape:
+                return constant(op, (self, other))      # values of two traces
+            value = other.value
+        else:
+            value = other
         try:
-            result = op(self.value, unbox(other))
+            result = op(self.value, value)
         except Exception:
             raised(self.tape)
             raise
-        return escape(self.tape, op, (self, other), _NO_KWARGS, result)
+        return _left_trace(self.tape, op, (self, other), (self.value, value), _NO_KWARGS,
+                           result)
     return compare
+
+
+def _logical(ufunc):
+    # ~mask, mask & other, mask | other, mask ^ other: masks are constants (traced
+    # by a staging trace only, as the comparisons that made them).
+    def forward(self, other):
+        return constant(ufunc, (self, other))
+
+    def reflected(self, other):
+        return constant(ufunc, (other, self))
+    return forward, reflected
 
 
 def _in_place(name):
@@ -538,6 +595,12 @@ class Box(Traced):
     __lt__, __le__ = _comparison(operator.lt), _comparison(operator.le)
     __gt__, __ge__ = _comparison(operator.gt), _comparison(operator.ge)
     __eq__, __ne__ = _comparison(operator.eq), _comparison(operator.ne)
+    __and__, __rand__ = _logical(np.bitwise_and)
+    __or__, __ror__ = _logical(np.bitwise_or)
+    __xor__, __rxor__ = _logical(np.bitwise_xor)
+
+    def __invert__(self):
+        return constant(np.invert, (self,))
 
     def __neg__(self):
         return _operator_unary(np.negative, operator.neg, self)

@@ -86,6 +86,7 @@ class ElementwiseGroup(LoopSource):
         self.scatters = []          # the scatter-adds it makes per element (ScatterAdd)
         self.kernels = []           # the kernel calls it makes per element (KernelCall)
         self.tuples = set()         # their slots of partials loops (tuples: never written)
+        self.masks = set()          # the slots of its records that give bools
         self.buffers = []           # the slots whose elements it writes (set by finish):
         #                             the written ones, then the terms of its sums
         self.ints = list(shape)     # the loop's integer argument: sizes, then bounds
@@ -147,11 +148,17 @@ class ElementwiseGroup(LoopSource):
             names = POSITIONS[kind]
             value = form[1].format(**dict(zip(names, operands)))
         self.element.append(f"v{record.out} = {value}")
-        if kind == "form":          # (a selection makes no new value: nothing to check)
+        if kind == "form":          # (a selection, a mask make no new number: no check)
             self.element.append(f"bad |= v{record.out} - v{record.out} != 0.0")
+        elif kind == "mask":
+            self.masks.add(record.out)
+        elif kind == "extremum":    # (a tie of 0.0 and -0.0: NumPy's, see loop_forms)
+            x, y = operands
+            self.element.append(f"bad |= ({x} == {y}) & (math.copysign(1.0, {x}) != "
+                                f"math.copysign(1.0, {y}))")
         self._took(record, getattr(record.func, "__name__", type(record.func).__name__),
-                   kind in ("read", "gather") or kind == "form" and isinstance(
-                       OPERATOR_UFUNCS.get(record.func, record.func), np.ufunc))
+                   kind in ("read", "gather") or kind in ("form", "mask", "extremum")
+                   and isinstance(OPERATOR_UFUNCS.get(record.func, record.func), np.ufunc))
 
     def _took(self, record, name, plain):
         """``record`` is the group's: named ``name`` (the log's), ``plain``: as fast
@@ -344,7 +351,8 @@ class ElementwiseGroup(LoopSource):
                 return self._failed(error)
             if function is None:
                 return False
-        outputs = [np.empty(self.shape) for _ in self.written]
+        outputs = [np.empty(self.shape, np.bool_ if slot in self.masks else np.float64)
+                   for slot in self.written]
         sums = [np.empty(max(1, math.prod(reduction.shape))) for reduction in self.sums] + [
             np.zeros(math.prod(scatter.shape)) for scatter in self.scatters]
         args = self._arguments(values, outputs + sums)

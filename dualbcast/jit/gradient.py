@@ -22,7 +22,7 @@ from .codegen import generate
 from .compiled import FusedFunctions
 from .entries import Signatures
 from .fusion import NotFusable, plan_fusion
-from .program import GuardFailed, Program, interpreted_steps
+from .program import GuardFailed, MaskChanged, Program, interpreted_steps
 from .recorder import ProgramRecorder
 from .signature import Unreplayable, signature
 
@@ -190,6 +190,11 @@ class GradientPrograms(Signatures):
     def __init__(self, f):
         super().__init__(f, "value_and_grad")
         self.fused_functions = FusedFunctions(self.name)
+        # Why the calls are staged instead (None: they are not): a mask computed from
+        # traced values (``np.where(x > 0, ...)``) changed, which these programs can only
+        # check, tracing again whenever a value crosses to the mask's other side; a
+        # staged program computes it again.
+        self.staged_instead = None
 
     def call(self, args, kwargs, positions, differentiated, out, single):
         """One value and gradient: replayed if it can be, else traced (and recorded)."""
@@ -205,6 +210,9 @@ class GradientPrograms(Signatures):
                 return call.replay(args, positions, out, single)
             except GuardFailed as failed:
                 why = str(failed)
+                if type(failed) is MaskChanged and self.staged_instead is None:
+                    self.staged_instead = f"{why}: staged from the next call on"
+                    logger.info(f"db.jit of {self.name}: {self.staged_instead}")
         return call.trace(args, kwargs, positions, out, single, why)
 
     def replay_short(self, args, differentiated, ranks, single):

@@ -44,8 +44,11 @@ def jit(fn: Callable) -> Callable:
     one already compiled.  Numba keeps what it compiles until the process ends, so a
     jitted function fuses at most 8 different programs; it replays the others as
     generated Python code, the same bits, and says so once on the ``"dualbcast"``
-    logger.  With other inputs besides (data, index arrays, a temperature), the whole
-    gradient is staged, as below: equal to the eager one to rounding.
+    logger.  With other inputs besides (data, index arrays, a temperature), or once a
+    mask computed from traced values (``np.where(x > 0, ...)``) changed between calls
+    (such a program checks it, tracing again whenever a value crosses to the mask's
+    other side), the whole gradient is staged, as below: equal to the eager one to
+    rounding.
 
     An integer array an operation cannot take as an input (an index into a plain
     array, ``np.take``'s rule) makes integer arrays constants of that function,
@@ -59,7 +62,10 @@ def jit(fn: Callable) -> Callable:
     run the records as generated Python code.  Values, jvps and Hessian-vector
     products come out bit for bit as the eager call's; a gradient computed inside
     runs its backward pass as recorded operations, which may add cotangents in another
-    order than the eager pass: equal to rounding.  A staged replay computes a repeated
+    order than the eager pass: equal to rounding.  Masks computed elementwise from
+    traced values (comparisons, ``np.isnan``, ``np.sign``, ``~``, ``&``, ``|``) are
+    operations of the program, computed again by every replay; a branch on one
+    (``if mask.any()``) is checked, as any ``bool()`` of a traced value is.  A staged replay computes a repeated
     operation once, leaves out unused views, and runs float64 elementwise operations
     over 2048 elements or more -- arithmetic, square roots, NaN-safe products, slices
     and their cotangents, rows gathered by index arrays and their cotangents added
@@ -155,7 +161,8 @@ def _jitted(spec):
         # (the lookups of positions_for and current_tape inlined: a tenth of a call)
         known = by_count.get(len(args))
         positions, differentiated, ranks = known or positions_for(len(args))
-        if len(positions) < len(args) and any(map(staged.other_input, args, differentiated)):
+        if programs.staged_instead is not None or len(positions) < len(args) \
+                and any(map(staged.other_input, args, differentiated)):
             result = staged(args, kwargs)
             return result if with_value else result[1]
         if short and not kwargs and getattr(thread, "tape", None) is None:
@@ -180,7 +187,9 @@ class _Both:
             return self.programs.explain()
         if not self.programs.entries and not self.programs.unkeyed:
             return staged.explain()
-        return self.programs.explain() + "\n" + staged.explain()
+        why = self.programs.staged_instead
+        return "\n".join([self.programs.explain()] + ([f"  now staged: {why}"] if why else [])
+                          + [staged.explain()])
 
 
 class StagedGradients:
@@ -194,7 +203,7 @@ class StagedGradients:
     def __init__(self, f, argnums, out, single):
         self.f, self.argnums, self.out, self.single = f, argnums, out, single
         self.programs = StagedPrograms(value_and_grad(f, argnums),
-                                       "value_and_grad with other inputs, staged", watched=f)
+                                       "value_and_grad, staged", watched=f)
 
     def other_input(self, arg, differentiated):
         """Whether ``arg``, an argument not differentiated, is an input."""

@@ -4,12 +4,11 @@
 A record's form is its rule's scalar form (:class:`~dualbcast.core.registry.ScalarForm`,
 declared beside the rule), and only operations that IEEE rounds exactly -- ``+ - * /``,
 negation, square roots, absolute values, NaN-safe products -- or that make no new value
--- slices, their cotangents, ``np.where`` by a mask -- so that a loop gives the bits
+-- slices, their cotangents, ``np.where`` by a mask, the comparisons and logical
+operations that make masks (:func:`_mask_form`) -- so that a loop gives the bits
 NumPy's calls give.  ``exp``, ``log``, ``pow`` and the like stay NumPy calls between
-loops: NumPy's vectorised versions round otherwise than the C library's.  So do
-``np.maximum`` and ``np.minimum``: NumPy's vector loop returns the second operand at a
-tie (``maximum(0.0, -0.0)`` is -0.0), its scalar loop (the tail of an array, on
-CPUs without masked vector loads) the first.
+loops: NumPy's vectorised versions round otherwise than the C library's.  ``np.maximum``
+and ``np.minimum`` are a loop's but where zeros of both signs tie (:func:`_extremum_form`).
 
 A gather's cotangent (``np.add.at`` of rows into zeros) is added in as the loop
 computes its elements, in their order (:func:`_scatter_add_form`).  A kernel's map or
@@ -37,7 +36,7 @@ _FLOAT64 = np.dtype(np.float64)
 _NUMBERS = (float, int, np.float64)
 
 # The names of a form's operands in its template, by kind of form.
-POSITIONS = {"form": "xy", "select": "cxy"}
+POSITIONS = {"form": "xy", "mask": "xy", "extremum": "xy", "select": "cxy"}
 
 # NumPy's power of an array by these constant exponents is another operation
 # (its ``fast_scalar_power``): the loop computes that one.
@@ -51,7 +50,8 @@ def loop_form(record, values):
     a basic slice ``a[1:, :-1]`` of an array of ``shape`` (read at the offsets
     ``starts``); ``("scatter", bounds)`` for a slice's cotangent (its input where the
     slice is, 0 elsewhere); ``("gather", index)`` for rows taken by an index array;
-    ``("kernel", call, shape)`` and ``("part", j)`` for a kernel's loop and its
+    ``("mask", template)`` for a comparison or a logical operation (a bool per
+    element); ``("extremum", template)`` for ``np.maximum``/``np.minimum``; ``("kernel", call, shape)`` and ``("part", j)`` for a kernel's loop and its
     outputs; ``("sum", kind, split, count)`` for a sum or a mean;
     ``("scatter_add", index, shape)`` for a gather's cotangent; None when a loop does
     not compute it (or a loop's result would not be NumPy's: another dtype, another
@@ -65,10 +65,13 @@ def loop_form(record, values):
     if record.kwargs:
         return None
     answer = values[record.out]
-    if type(answer) is not np.ndarray or answer.dtype != _FLOAT64 or not answer.ndim \
-            or not answer.size:
+    if type(answer) is not np.ndarray or not answer.ndim or not answer.size:
         return None
     func = record.func
+    if answer.dtype == np.bool_:
+        return _mask_form(record, values, answer)
+    if answer.dtype != _FLOAT64:
+        return None
     try:
         special = _SPECIAL_FORMS.get(func)
         form = SCALAR_FORMS.get(OPERATOR_UFUNCS.get(func, func))
@@ -83,8 +86,9 @@ def loop_form(record, values):
     if special is not None:
         return special[1](record, values, answer.shape)
     traced = traced_positions(record)
+    takes_masks = OPERATOR_UFUNCS.get(func, func) in _TAKE_MASKS
     if form is None or len(record.args) > len(POSITIONS["form"]) or not all(
-            _loopable(values[traced[i]] if i in traced else arg, answer.shape)
+            _loopable(values[traced[i]] if i in traced else arg, answer.shape, takes_masks)
             for i, arg in enumerate(record.args)):
         return None
     if OPERATOR_UFUNCS.get(func, func) is np.power:
@@ -139,12 +143,12 @@ def _part_form(record, values):
 
 
 def _select_form(record, values, shape):
-    """``np.where(mask, x, y)``, ``mask`` a bool array (a comparison's, which the
-    replay's guards check) or a bool: ``x`` where it is true, else ``y``."""
+    """``np.where(mask, x, y)``, ``mask`` a bool array (the program's, or a constant)
+    or a bool: ``x`` where it is true, else ``y``."""
     traced = traced_positions(record)
-    if len(record.args) != 3 or 0 in traced:
+    if len(record.args) != 3:
         return None
-    mask = record.args[0]
+    mask = values[traced[0]] if 0 in traced else record.args[0]
     if not (type(mask) is np.ndarray and mask.dtype == np.bool_ and _broadcasts(mask, shape)
             or type(mask) is bool):
         return None
@@ -154,11 +158,72 @@ def _select_form(record, values, shape):
     return ("select", "({y} if not {c} else {x})")
 
 
-def _loopable(value, shape):
+def _extremum_form(record, values, shape):
+    """``np.maximum(x, y)`` or ``np.minimum(x, y)`` of float64 values: ``("extremum",
+    template)``, the larger (smaller) one, a NaN where either is one (the first where
+    both are).  Which zero NumPy gives at a tie of 0.0 and -0.0 depends on where the
+    element falls in the array (its vector loop gives the second, its scalar loop,
+    for the tail, the first), which no loop can follow: the loop hands the group back
+    where it meets one."""
+    traced = traced_positions(record)
+    if len(record.args) != 2 or not all(
+            _loopable(values[traced[i]] if i in traced else arg, shape)
+            for i, arg in enumerate(record.args)):
+        return None
+    compare = ">" if record.func is np.maximum else "<"
+    return ("extremum", f"({{x}} if {{x}} {compare} {{y}} or {{x}} != {{x}} else {{y}})")
+
+
+def _loopable(value, shape, masks=False):
+    """Whether a loop over ``shape`` reads ``value`` per element: a float64 array
+    broadcast to it (or a mask, if ``masks``), or a number."""
     kind = type(value)
     if kind is np.ndarray:
-        return value.dtype == _FLOAT64 and _broadcasts(value, shape)
+        return (value.dtype == _FLOAT64 or masks and value.dtype == np.bool_) \
+            and _broadcasts(value, shape)
     return kind in _NUMBERS and (kind is not int or abs(value) < 2 ** 53)
+
+
+# Masks: comparisons of float64 values, tests of them and logical operations on
+# masks, which make no new number (the same bits as NumPy's, by construction), and
+# the ufuncs that take a mask as a number (NumPy casts it to 0.0 or 1.0 first, as a
+# loop's arithmetic on a bool does: ``x * (x > 0)``, ``np.maximum``'s backward
+# pass, ``wins + 0.5 * ties``).
+_COMPARISONS = {np.greater: ">", np.greater_equal: ">=", np.less: "<", np.less_equal: "<=",
+                np.equal: "==", np.not_equal: "!="}
+_COMPARISONS.update({operator.gt: ">", operator.ge: ">=", operator.lt: "<", operator.le: "<=",
+                     operator.eq: "==", operator.ne: "!="})
+_TESTS = {np.isnan: "math.isnan({x})", np.isinf: "math.isinf({x})",
+          np.isfinite: "math.isfinite({x})"}
+_LOGICAL = {np.logical_and: "({x} & {y})", np.bitwise_and: "({x} & {y})",
+            np.logical_or: "({x} | {y})", np.bitwise_or: "({x} | {y})",
+            np.logical_xor: "({x} != {y})", np.bitwise_xor: "({x} != {y})",
+            np.logical_not: "(not {x})", np.invert: "(not {x})"}
+_TAKE_MASKS = frozenset({np.add, np.subtract, np.multiply, np.true_divide})
+
+
+def _mask_form(record, values, answer):
+    """A comparison, a test or a logical operation giving a C-contiguous mask:
+    ``("mask", template)`` over ``{x}`` and ``{y}``, or None."""
+    func = record.func
+    try:
+        template = _LOGICAL.get(func) or _TESTS.get(func)
+        comparison = _COMPARISONS.get(func)
+    except TypeError:               # (a record's function need not be hashable)
+        return None
+    if record.kwargs or not answer.flags.c_contiguous or not 1 <= len(record.args) <= 2:
+        return None
+    traced = traced_positions(record)
+    operands = [values[traced[i]] if i in traced else arg for i, arg in enumerate(record.args)]
+    if comparison is not None or func in _TESTS:
+        if not all(_loopable(operand, answer.shape) for operand in operands):
+            return None
+        return ("mask", template or f"({{x}} {comparison} {{y}})")
+    if template is None or not all(type(operand) is np.ndarray and operand.dtype == np.bool_
+                                   and _broadcasts(operand, answer.shape)
+                                   for operand in operands):
+        return None
+    return ("mask", template)
 
 
 def _broadcasts(array, shape):
@@ -300,4 +365,5 @@ def _sum_form(record, values):
 # The records that are no scalar form's (ufuncs' are: SCALAR_FORMS, beside their
 # rules), by function: (whether its answer may be of any layout, its form's maker).
 _SPECIAL_FORMS = {scattered: (True, _scatter_form), operator.getitem: (True, _read_form),
-                  np.where: (False, _select_form), take_rows: (False, _gather_form)}
+                  np.where: (False, _select_form), take_rows: (False, _gather_form),
+                  np.maximum: (False, _extremum_form), np.minimum: (False, _extremum_form)}

@@ -12,6 +12,7 @@ import operator
 
 import numpy as np
 
+from ..core.box import elementwise_constant
 from ..core.tape import LinearRecord, RuleRecord
 from ..rules.fast import kernel_prepared
 from .recorder import Slot, watcher
@@ -20,6 +21,11 @@ from .signature import identical
 
 class GuardFailed(Exception):
     """A replay met a guard with another outcome than the trace: trace again."""
+
+
+class MaskChanged(GuardFailed):
+    """The guard that failed checked a mask computed elementwise from traced values
+    (``x > 0``), which a staged program computes again instead of checking it."""
 
 
 class Program:
@@ -107,7 +113,9 @@ class Assumptions:
 def program_guards(recorder):
     """The guards a trace's recorder collected, as ``(record count, check)``:
     ``check(values)`` raises :class:`GuardFailed` when the outcome differs."""
-    return [(position, _guard(*rest)) for position, *rest in recorder.guards]
+    return [(position, _guard(func, args, kwargs, expected,
+                              elementwise_constant(func, args, kwargs, expected)))
+            for position, func, args, kwargs, expected in recorder.guards]
 
 
 def interpreted_steps(records, guards):
@@ -183,11 +191,14 @@ def _linear_step(record):
     return step
 
 
-def _guard(func, args, kwargs, expected):
+def _guard(func, args, kwargs, expected, mask):
     def check(values):
         bound = [_bind(arg, values) for arg in args]
         result = func(*bound, **{k: _bind(v, values) for k, v in kwargs.items()})
         if not identical(result, expected):
+            if mask:
+                raise MaskChanged(f"a mask computed from traced values ({_name(func)}) "
+                                  f"had another outcome than at the trace")
             raise GuardFailed(f"control flow on traced values ({_name(func)}) had another "
                               f"outcome than at the trace")
     return check

@@ -252,5 +252,6 @@ elementwise(np.copysign, lambda g, ans, x, y: nan_safe(g, np.sign(x) * np.sign(a
 for _ufunc in (np.floor, np.ceil, np.trunc, np.rint, np.sign, np.signbit, np.floor_divide,
                np.heaviside, np.isnan, np.isinf, np.isfinite, np.less, np.less_equal,
                np.greater, np.greater_equal, np.equal, np.not_equal, np.logical_and,
-               np.logical_or, np.logical_xor, np.logical_not):
+               np.logical_or, np.logical_xor, np.logical_not, np.invert, np.bitwise_and,
+               np.bitwise_or, np.bitwise_xor):
     defrule(_ufunc, constant=True)
