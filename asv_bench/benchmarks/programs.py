@@ -2,7 +2,9 @@
 a pair + three-body potential over neighbour lists with the geometry in NumPy, a
 negative-binomial regression with a design-matrix argument, a 2-d phase-field energy
 with stencils by slicing (gradient and Hessian-vector product), an MLP with a learnable
-activation kernel, and the Lennard-Jones energy over all pairs written ``X[i] - X[j]``.
+activation kernel, the Lennard-Jones energy over all pairs written ``X[i] - X[j]``, and
+a robust (Huber) regression with a sign constraint, all masks: ``np.where``, ``np.abs``,
+``np.maximum``.
 
 ``make_program(name, system)`` returns ``(call, check)``: ``call()`` runs the value
 and gradient (or the HVP) once, ``check()`` returns what it gives as NumPy arrays, for
@@ -19,7 +21,8 @@ import dualbcast as db
 from .bench_indexing import jittered_lattice, pair_energy_numpy
 from .gradients import _peer
 
-PROGRAMS = ("potential", "regression", "phase_field", "phase_field_hvp", "mlp", "lj_all_pairs")
+PROGRAMS = ("potential", "regression", "robust_regression", "phase_field", "phase_field_hvp",
+            "mlp", "lj_all_pairs")
 SYSTEMS = ("dualbcast", "dualbcast_jit", "jax", "torch", "numpy")
 
 
@@ -69,6 +72,13 @@ def potential(X, i, j, ti, tj, tk, strength):
 
 def regression(w, X, y, alpha, ridge):
     return negative_binomial.sum(X @ w, y, alpha) + 0.5 * ridge * np.sum(w * w)
+
+
+def robust_regression(w, X, y, delta):
+    r = X @ w - y
+    a = np.abs(r)
+    huber = np.where(a <= delta, 0.5 * r * r, delta * (a - 0.5 * delta))
+    return np.mean(huber) + np.sum(np.maximum(-w, 0.0) ** 2)     # (w >= 0, softly)
 
 
 def phase_field(u, kappa, chi):
@@ -126,6 +136,12 @@ def data(name):
         w = rng.normal(0.0, 0.2, p)
         y = rng.poisson(np.exp(X @ w)).astype(float)
         return (w * 0.5, X, y, 0.7, 1e-2)
+    if name == "robust_regression":
+        n, p = 100_000, 10
+        X = rng.normal(0.0, 1.0, (n, p))
+        w = np.abs(rng.normal(0.0, 1.0, p))
+        y = X @ w + rng.standard_t(2.0, n)              # (heavy tails: outliers)
+        return (rng.normal(0.0, 1.0, p), X, y, 1.0)
     if name in ("phase_field", "phase_field_hvp"):
         u = 0.5 + 0.1 * rng.uniform(-1.0, 1.0, (256, 256))
         return (u, 0.5, 2.2)
@@ -145,7 +161,8 @@ def data(name):
 
 # ---------------------------------------------------------------- per system
 
-_FUNCTIONS = {"potential": potential, "regression": regression, "phase_field": phase_field,
+_FUNCTIONS = {"potential": potential, "regression": regression,
+              "robust_regression": robust_regression, "phase_field": phase_field,
               "phase_field_hvp": phase_field, "mlp": mlp, "lj_all_pairs": lj}
 
 
@@ -195,6 +212,12 @@ def _written_for(xp):
         return xp.sum((y + r) * xp.log(r + xp.exp(eta)) - y * eta) \
             + 0.5 * ridge * xp.sum(w * w)
 
+    def robust_regression(w, X, y, delta):
+        r = X @ w - y
+        a = xp.abs(r)
+        huber = xp.where(a <= delta, 0.5 * r * r, delta * (a - 0.5 * delta))
+        return xp.mean(huber) + xp.sum(xp.where(w < 0.0, w * w, 0.0 * w))
+
     def phase_field(u, kappa, chi):
         gx, gy = u[1:, :] - u[:-1, :], u[:, 1:] - u[:, :-1]
         mix = u * xp.log(u) + (1.0 - u) * xp.log(1.0 - u) + chi * u * (1.0 - u)
@@ -211,7 +234,8 @@ def _written_for(xp):
         r = xp.sqrt(xp.sum(d * d, axis=1))
         return xp.sum(4 * (r ** -12 - r ** -6))
 
-    return {"potential": potential, "regression": regression, "phase_field": phase_field,
+    return {"potential": potential, "regression": regression,
+            "robust_regression": robust_regression, "phase_field": phase_field,
             "phase_field_hvp": phase_field, "mlp": mlp, "lj_all_pairs": lj}
 
 
