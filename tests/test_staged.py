@@ -420,3 +420,21 @@ def test_a_replay_hands_out_a_0d_array_where_the_eager_call_does():
         return db.jvp(db.grad(f), (x, a), (v, 1.0))[1]
     calls = [(np.array(np.nan), 0.0)] * 3 + [(np.array(0.0), 0.0)]
     _same_outcomes(hvp, db.jit(hvp), calls)
+
+
+def test_a_mean_s_cotangent_is_a_small_constant_not_a_large_one():
+    # (the backward pass of np.mean broadcasts one number: a view of stride 0, whose
+    # 0.8 MiB of elements once counted as a large constant, and the program ran eagerly)
+    def f(w, x):
+        return np.mean(w * x) + np.mean(np.sum(w[:, None] * x[:, None] * x[:, None], axis=1))
+
+    eager = db.value_and_grad(f)
+    jitted = db.jit(eager)
+    for _ in range(3):
+        w, x = np.random.default_rng(1).normal(size=(2, 100_000))
+        value, gradient = jitted(w, x)
+        want_value, want_gradient = eager(w, x)
+        assert _bits(value) == _bits(want_value)
+        np.testing.assert_allclose(gradient, want_gradient, rtol=1e-14, atol=0)
+    report = jitted.explain()
+    assert "2 replays, 0 eager calls" in report, report

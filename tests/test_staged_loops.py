@@ -587,7 +587,7 @@ def test_masks_and_maximum_run_in_loops_with_numpy_s_bits():
     # (the masks are the program's: computed again per call, in the loop, as are
     # np.maximum and np.minimum; np.maximum's backward pass compares, then adds bools)
     def energy(w, x):
-        hinge = np.maximum(w * x, 0.0) + np.minimum(w, x)
+        hinge = np.maximum(w * x, 0.0) + np.minimum(w, x) + np.abs(w)  # (|w|': np.sign)
         return np.sum(np.where((w > 0) & ~np.isnan(x), hinge, 0.5 * w) ** 2)
 
     jitted = db.jit(db.value_and_grad(energy))
@@ -599,7 +599,8 @@ def test_masks_and_maximum_run_in_loops_with_numpy_s_bits():
         assert _bits(value) == _bits(want_value)
         assert_same_to_rounding(want_gradient, gradient)
     names = [name for group in loops_of(jitted) for name in group.names]
-    for name in ("maximum", "minimum", "gt", "bitwise_and", "invert", "isnan", "where", "eq"):
+    for name in ("maximum", "minimum", "gt", "bitwise_and", "invert", "isnan", "where", "eq",
+                 "sign"):
         assert name in names, (name, names)
     assert all(group.handed_back == 0 for group in loops_of(jitted))
 

@@ -34,6 +34,8 @@ from .loop_sums import Reduction, ScatterAdd
 
 
 _FLOAT64 = np.dtype(np.float64)
+# The forms of a value per element (loop_forms.POSITIONS) other than a selection's
+_VALUES = ("form", "mask", "extremum", "piecewise")
 # Records that only copy or view their input: a group of nothing else runs as NumPy
 # calls (as fast as a loop).
 _COPIES = ("getitem", "take_rows")
@@ -156,9 +158,10 @@ class ElementwiseGroup(LoopSource):
             x, y = operands
             self.element.append(f"bad |= ({x} == {y}) & (math.copysign(1.0, {x}) != "
                                 f"math.copysign(1.0, {y}))")
+        ufunc = kind in _VALUES and isinstance(OPERATOR_UFUNCS.get(record.func, record.func),
+                                                np.ufunc)
         self._took(record, getattr(record.func, "__name__", type(record.func).__name__),
-                   kind in ("read", "gather") or kind in ("form", "mask", "extremum")
-                   and isinstance(OPERATOR_UFUNCS.get(record.func, record.func), np.ufunc))
+                   kind in ("read", "gather") or ufunc)
 
     def _took(self, record, name, plain):
         """``record`` is the group's: named ``name`` (the log's), ``plain``: as fast

@@ -36,7 +36,7 @@ _FLOAT64 = np.dtype(np.float64)
 _NUMBERS = (float, int, np.float64)
 
 # The names of a form's operands in its template, by kind of form.
-POSITIONS = {"form": "xy", "mask": "xy", "extremum": "xy", "select": "cxy"}
+POSITIONS = {"form": "xy", "mask": "xy", "extremum": "xy", "piecewise": "xy", "select": "cxy"}
 
 # NumPy's power of an array by these constant exponents is another operation
 # (its ``fast_scalar_power``): the loop computes that one.
@@ -51,7 +51,8 @@ def loop_form(record, values):
     ``starts``); ``("scatter", bounds)`` for a slice's cotangent (its input where the
     slice is, 0 elsewhere); ``("gather", index)`` for rows taken by an index array;
     ``("mask", template)`` for a comparison or a logical operation (a bool per
-    element); ``("extremum", template)`` for ``np.maximum``/``np.minimum``; ``("kernel", call, shape)`` and ``("part", j)`` for a kernel's loop and its
+    element); ``("extremum", template)`` for ``np.maximum``/``np.minimum``;
+    ``("piecewise", template)`` for ``np.sign``; ``("kernel", call, shape)`` and ``("part", j)`` for a kernel's loop and its
     outputs; ``("sum", kind, split, count)`` for a sum or a mean;
     ``("scatter_add", index, shape)`` for a gather's cotangent; None when a loop does
     not compute it (or a loop's result would not be NumPy's: another dtype, another
@@ -172,6 +173,17 @@ def _extremum_form(record, values, shape):
         return None
     compare = ">" if record.func is np.maximum else "<"
     return ("extremum", f"({{x}} if {{x}} {compare} {{y}} or {{x}} != {{x}} else {{y}})")
+
+
+def _sign_form(record, values, shape):
+    """``np.sign(x)`` of float64 values: ``("piecewise", template)``: 1.0, -1.0, 0.0
+    at either zero (as NumPy gives), a NaN at a NaN."""
+    traced = traced_positions(record)
+    if len(record.args) != 1 or not _loopable(
+            values[traced[0]] if 0 in traced else record.args[0], shape):
+        return None
+    return ("piecewise", "(1.0 if {x} > 0.0 else (-1.0 if {x} < 0.0 else "
+                         "(0.0 if {x} == 0.0 else {x})))")
 
 
 def _loopable(value, shape, masks=False):
@@ -366,4 +378,5 @@ def _sum_form(record, values):
 # rules), by function: (whether its answer may be of any layout, its form's maker).
 _SPECIAL_FORMS = {scattered: (True, _scatter_form), operator.getitem: (True, _read_form),
                   np.where: (False, _select_form), take_rows: (False, _gather_form),
-                  np.maximum: (False, _extremum_form), np.minimum: (False, _extremum_form)}
+                  np.maximum: (False, _extremum_form), np.minimum: (False, _extremum_form),
+                  np.sign: (False, _sign_form)}

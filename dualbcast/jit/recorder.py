@@ -3,6 +3,7 @@ recorder (:class:`dualbcast.core.tape.Recorder`) collects the guards (constants
 computed from traced values that steered the program), copies of the constant arrays
 the records use (a replay checks that they still hold the same values), and whether
 the program did something no replay can redo."""
+import math
 import weakref
 
 import numpy as np
@@ -172,14 +173,23 @@ def _mutable(constant):
 
 
 def _nbytes(constant):
+    """The bytes of memory ``constant`` reads: an axis of stride 0 (a broadcast view,
+    the backward pass's cotangent of a mean) repeats one element."""
     if type(constant) is np.ndarray:
-        return constant.nbytes
+        return constant.itemsize * math.prod(n for n, stride in zip(constant.shape,
+                                                                   constant.strides) if stride)
     return sum(map(_nbytes, constant)) if type(constant) in (list, tuple) else 0
 
 
 def _copied(constant):
     kind = type(constant)
     if kind is np.ndarray:
+        if 0 in constant.strides and constant.size > 1:
+            # (a broadcast view: its one element per axis of stride 0 copied, and
+            # broadcast again -- a view of what the trace read, as small)
+            first = tuple(slice(0, 1) if stride == 0 else slice(None)
+                          for stride in constant.strides)
+            return np.broadcast_to(constant[first].copy(), constant.shape)
         return constant.copy()
     if kind in (list, tuple):
         return kind(map(_copied, constant))
