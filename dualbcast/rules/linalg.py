@@ -48,10 +48,53 @@ def _matmul_vjp_a(g, ans, a, b):
 
 def _matmul_vjp_b(g, ans, a, b):
     g2, a2, b2 = _as_matrices(g, a, b)
+    if _tall(_innermost(a2), _innermost(g2)):
+        return apply(tall_transposed_product, _TALL_VJPS, (a2, g2)).reshape(np.shape(b))
     return unbroadcast(np.swapaxes(a2, -1, -2) @ g2, np.shape(b2)).reshape(np.shape(b))
 
 
 defrule(np.matmul, vjps=(_matmul_vjp_a, _matmul_vjp_b))
+
+
+# The cotangent of ``w`` in ``X @ w``, a tall design matrix ``X`` (n, p): ``X.T @ g``.
+# OpenBLAS's transposed product of a C-ordered matrix and a column ran 2.5x slower past
+# the cache than in blocks of rows that fit in it (10^5 x 10: 415 µs, against 155 µs in
+# blocks of 8192 rows; 10^6 x 10: 5.8 ms against 3.1), for 4 to 16 columns (2 columns:
+# as fast either way; 32: slower in blocks) and one cotangent column (several: as fast
+# either way), one thread and two.  Blocks of ~640 KiB; the blocks' products added in
+# order, so the bits follow from the shapes alone (eager and jitted alike).
+_TALL_ROWS, _TALL_COLUMNS, _TALL_BLOCK = 65536, (4, 16), 81920
+
+
+def _innermost(x):
+    while type(x) is Box:           # (a value of nested traces: the arrays they trace)
+        x = x.value
+    return x
+
+
+def _tall(a, g):
+    return (type(a) is np.ndarray and type(g) is np.ndarray and a.ndim == 2 and g.ndim == 2
+            and g.shape[1] == 1 and a.shape[0] >= _TALL_ROWS and a.flags.c_contiguous
+            and _TALL_COLUMNS[0] <= a.shape[1] <= _TALL_COLUMNS[1]
+            and a.dtype == g.dtype == np.float64)
+
+
+def tall_transposed_product(a, g):
+    """``a.T @ g`` for a tall C-ordered matrix ``a`` and a column ``g``, as the sum of
+    the products of blocks of rows (see above)."""
+    if type(a) is Box or type(g) is Box:       # (traced by an enclosing trace)
+        return apply(tall_transposed_product, _TALL_VJPS, (a, g))
+    rows = _TALL_BLOCK // a.shape[1]
+    total = a[:rows].T @ g[:rows]
+    for start in range(rows, a.shape[0], rows):
+        total += a[start:start + rows].T @ g[start:start + rows]
+    return total
+
+
+# (its derivatives: a product, linear in each of a and g)
+_TALL_VJPS = (lambda ct, ans, a, g: g @ np.swapaxes(ct, -1, -2),
+              lambda ct, ans, a, g: a @ ct)
+defjvp(tall_transposed_product, multilinear(tall_transposed_product))
 
 
 def _dot_rule(a, b, out=None):
