@@ -158,8 +158,8 @@ class ElementwiseGroup(LoopSource):
             x, y = operands
             self.element.append(f"bad |= ({x} == {y}) & (math.copysign(1.0, {x}) != "
                                 f"math.copysign(1.0, {y}))")
-        ufunc = kind in _VALUES and isinstance(OPERATOR_UFUNCS.get(record.func, record.func),
-                                                np.ufunc)
+        ufunc = kind in _VALUES and isinstance(
+            OPERATOR_UFUNCS.get(record.func, record.func), np.ufunc)
         self._took(record, getattr(record.func, "__name__", type(record.func).__name__),
                    kind in ("read", "gather") or ufunc)
 

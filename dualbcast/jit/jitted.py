@@ -65,11 +65,13 @@ def jit(fn: Callable) -> Callable:
     order than the eager pass: equal to rounding.  Masks computed elementwise from
     traced values (comparisons, ``np.isnan``, ``np.sign``, ``~``, ``&``, ``|``) are
     operations of the program, computed again by every replay; a branch on one
-    (``if mask.any()``) is checked, as any ``bool()`` of a traced value is.  A staged replay computes a repeated
-    operation once, leaves out unused views, and runs float64 elementwise operations
-    over 2048 elements or more -- arithmetic, square roots, NaN-safe products, slices
-    and their cotangents, rows gathered by index arrays and their cotangents added
-    back, ``np.where`` by a mask, kernel calls (their values and partials), and
+    (``if mask.any()``) is checked, as any ``bool()`` of a traced value is.  A staged
+    replay computes a repeated operation once, leaves out unused views, and runs
+    float64 elementwise operations over 2048 elements or more -- arithmetic, square
+    roots, NaN-safe products, slices and their cotangents, rows gathered by index
+    arrays and their cotangents added back, comparisons and masks, ``np.where`` by a
+    mask, ``np.maximum``/``np.minimum``, ``np.sign``, kernel calls (their values and
+    partials), and
     ``np.sum`` of their values over all axes, the leading or the trailing ones -- as
     compiled loops (one per run of operations over one shape, cached on disk), with
     NumPy's bits (its order of additions included).  Called inside a
