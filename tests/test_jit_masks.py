@@ -62,8 +62,10 @@ def test_a_gradient_whose_trace_made_a_mask_is_staged_and_says_so(caplog):
         for _ in range(3):
             jitted(*_draw("logical", 50))
     said = [r.getMessage() for r in caplog.records if "a mask computed" in r.getMessage()]
-    assert len(said) == 1 and "staged" in said[0]
-    assert "now staged: a mask computed from traced values" in jitted.explain()
+    assert len(said) == 1 and "staged from now on" in said[0]
+    report = jitted.explain()
+    assert "staged since a mask computed from traced values" in report
+    assert "(value_and_grad, staged)" in report and "1 trace, 1 replay," in report, report
 
 
 def test_a_branch_on_a_mask_is_still_checked():
@@ -122,3 +124,50 @@ def test_rows_a_mask_selects_are_checked_by_their_shape():
         value, gradient = jitted(w, x)
         want_value, want_gradient = eager(w, x)
         assert _bits(value) == _bits(want_value) and _bits(gradient) == _bits(want_gradient)
+
+
+DATA = np.arange(8.0)
+
+PLAIN_USES = {                  # (a mask where a plain value is wanted: its value, checked)
+    "a plain array indexed": lambda x: np.sum(DATA[x > 0]) * x,
+    "written through": lambda x: x * (lambda b: (b.__setitem__(x > 0, 1.0), b)[1])(np.zeros(8)),
+    "np.asarray": lambda x: x * np.asarray(x > 0),
+    "int of its count": lambda x: x * int((x > 0).sum()),
+    "tolist": lambda x: x * sum((x > 0).tolist()),
+    "a ufunc's reduce": lambda x: x * np.add.reduce(x > 0),
+    "a function without a rule": lambda x: x * np.unique(x > 0).size,
+}
+
+
+@pytest.mark.parametrize("use", sorted(PLAIN_USES))
+def test_a_mask_used_as_a_plain_value_is_checked_not_eager(use):
+    f = PLAIN_USES[use]
+    jitted = db.jit(f)
+    base = np.abs(RNG.standard_normal(8)) + 0.1
+    for scale in (1.0, 1.1, 1.2, -1.0, 1.3):    # (the same mask, then another, then back)
+        assert _bits(jitted(base * scale)) == _bits(f(base * scale))
+    report = jitted.explain()
+    assert "0 eager calls" in report and "2 replays" in report, report
+
+
+def test_a_tie_of_zeros_hands_the_loop_to_numpy_once_and_for_all():
+    # (relu written as np.maximum(x * (x > 0), 0.0): -0.0 against 0.0 wherever x < 0)
+    f = lambda x, y: np.sum(np.maximum(x * (x > 0), 0.0) * y)
+    eager = db.value_and_grad(f)
+    jitted = db.jit(eager)
+    for _ in range(4):
+        x, y = RNG.standard_normal(3000), RNG.standard_normal(3000)
+        value, gradient = jitted(x, y)
+        want_value, want_gradient = eager(x, y)
+        assert _bits(value) == _bits(want_value)
+        np.testing.assert_allclose(gradient, want_gradient, rtol=1e-14, atol=0)
+
+
+@pytest.mark.xfail(strict=True, reason="defect (minor, pre-existing, found by a review "
+                   "2026-11-28): np.clip on traced values is np.minimum(np.maximum(x, low), "
+                   "high), whose zero at a tie of -0.0 and 0.0 is NumPy's maximum's, not "
+                   "np.clip's (which keeps x): the sign of a zero differs from the plain call")
+def test_clip_keeps_the_sign_of_a_zero_at_a_bound_as_numpy_does():
+    x = np.array([-0.0, 0.5, -1.0, 0.0] * 10)
+    f = lambda x: np.clip(x, 0.0, 1.0)
+    assert _bits(db.jit(f)(x)) == _bits(f(x))

@@ -438,3 +438,20 @@ def test_a_mean_s_cotangent_is_a_small_constant_not_a_large_one():
         np.testing.assert_allclose(gradient, want_gradient, rtol=1e-14, atol=0)
     report = jitted.explain()
     assert "2 replays, 0 eager calls" in report, report
+
+
+def test_a_closed_over_broadcast_view_is_compared_by_what_it_reads():
+    v = np.random.default_rng(2).normal(size=600)
+    table = np.broadcast_to(v, (600, 600))          # (2.7 MiB of elements, 4.7 KiB read)
+
+    def f(x, y):
+        return np.sum(x * table * y)
+
+    jitted = db.jit(f)
+    x, y = np.ones((600, 600)), np.full((600, 600), 0.5)
+    for call in range(4):
+        if call == 2:
+            v[7] += 1.0                             # (changed in place, through the view)
+        assert _bits(jitted(x, y)) == _bits(f(x, y)), call
+    report = jitted.explain()
+    assert "2 traces, 2 replays, 0 eager calls" in report, report

@@ -614,12 +614,13 @@ def test_a_tie_of_zeros_of_both_signs_hands_maximum_back_to_numpy():
     jitted = db.jit(f)
     for call in range(6):
         w, x = RNG.standard_normal(1001), RNG.standard_normal(1001)
-        if call % 2:
+        if call >= 3:
             w[::3], x[::3] = 0.0, -0.0
             w[1::5], x[1::5] = -0.0, 0.0
         assert _bits(jitted(w, x)) == _bits(f(w, x)), call
-    group, = loops_of(jitted)           # (5 replays; the last one met ties: handed back)
-    assert "maximum" in group.names and group.calls == 5 and group.handed_back == 1
+    # (2 replays in the loop; the third met ties: the group runs as NumPy calls since)
+    group, = loops_of(jitted)
+    assert "maximum" in group.names and group.calls == 3 and group.failed
 
 
 # ------------------------------------------------------------- sums in loops

@@ -168,7 +168,9 @@ def snapshot(constant):
     if kind in SCALARS:
         return constant
     if kind is np.ndarray:
-        return constant.copy() if constant.flags.writeable else constant
+        # (in its own memory order: a transposed view copied in C order would make a
+        # BLAS product of the copy add up otherwise than of the view a replay reads)
+        return constant.copy(order="K") if constant.flags.writeable else constant
     if kind is list:
         return [snapshot(item) for item in constant]
     if kind is tuple and any(type(item) in (np.ndarray, list) for item in constant):
@@ -271,6 +273,33 @@ def _innermost_unboxed(args, kwargs):
     return tape, tuple(map(unwrapped, args)), {k: unwrapped(v) for k, v in kwargs.items()}
 
 
+def _discrete_only(*groups):
+    """Whether the boxes among ``groups`` of arguments (boxes may sit one list deep)
+    all hold bools or integers a trace computed, and there is one: masks a staging
+    trace computed (:func:`elementwise_constant`), their counts.  No gradient flows
+    through them, so an operation without a rule, or a conversion to a plain value
+    (``np.asarray(mask)``, ``data[mask]`` of a plain array, ``int(mask.sum())``),
+    computes on their values as on any constant's, checked on every replay (a guard).
+    (An integer input, a leaf, is not: ``dualbcast.jit`` makes the function's
+    integer arrays constants when one meets such a use.)"""
+    found = False
+    for args in groups:
+        for arg in args:
+            for item in (arg if type(arg) in (list, tuple) else (arg,)):
+                if type(item) is Box:
+                    kind = getattr(getattr(item.value, "dtype", None), "kind", "f")
+                    tape = item.tape
+                    if kind not in "biu" or item.slot < len(tape.values) - len(tape.records):
+                        return False
+                    found = True
+    return found
+
+
+def plain_array(value, dtype=None, copy=None):
+    """``np.asarray(value, dtype)``: what ``__array__`` gives of a mask."""
+    return np.asarray(value, dtype)
+
+
 _COMPARISONS = frozenset({operator.lt, operator.le, operator.gt, operator.ge, operator.eq,
                           operator.ne})
 
@@ -294,7 +323,7 @@ def call_ufunc(ufunc, inputs):
     vjps = UFUNC_VJPS.get(ufunc)
     if vjps is not None:
         return apply(ufunc, vjps, inputs, scalar_vjps=SCALAR_UFUNC_VJPS.get(ufunc))
-    if ufunc in CONSTANTS:
+    if ufunc in CONSTANTS or _discrete_only(inputs):
         return constant(ufunc, inputs)
     raise NotImplementedError(f"dualbcast has no gradient rule for {_ufunc_name(ufunc)} "
                               f"(called on a traced value)")
@@ -313,7 +342,7 @@ def call_function(func, args, kwargs):
     rule = FUNCTION_RULES.get(func)
     if rule is not None:
         return rule(*args, **kwargs)
-    if func in CONSTANTS:
+    if func in CONSTANTS or _discrete_only(args, kwargs.values()):
         return constant(func, args, kwargs)
     name = getattr(func, "__name__", repr(func))
     module = getattr(func, "__module__", None) or "numpy"
@@ -484,8 +513,13 @@ def _library_caller():
             f"has no gradient rule for it)")
 
 
-def _detaching(what):
+def _detaching(what, convert):
     def method(self, *args, **kwargs):
+        if _discrete_only((self,)):
+            # (see _discrete_only; whether it raises depends on the shape and dtype only,
+            # which NumPy's protocols probe: int() of a mask before np.asarray, data[m])
+            return escape(self.tape, convert, (self, *args), kwargs,
+                          convert(self.value, *args, **kwargs))
         raise TypeError(f"{what} of a traced value{_library_caller()} would detach it "
                         f"from the gradient; "
                         f"build arrays of traced values with np.stack, np.concatenate, "
@@ -532,6 +566,8 @@ class Box(Traced):
             raise TypeError(f"numpy.{ufunc.__name__}(..., out=...) with traced values: an "
                             f"in-place write would detach or corrupt the gradient; use the "
                             f"returned value instead")
+        if (method != "__call__" or kwargs) and _discrete_only(inputs, kwargs.values()):
+            return constant(getattr(ufunc, method), inputs, kwargs)    # (np.add.reduce(m))
         if method != "__call__":
             raise NotImplementedError(f"dualbcast has no gradient rule for "
                                       f"numpy.{ufunc.__name__}.{method}")
@@ -549,14 +585,14 @@ class Box(Traced):
     # __getitem__), keeping this one as its cause.
     __array__ = _detaching("Converting to a plain NumPy array (np.asarray, np.array, "
                            "buf[...] = x into a plain array, or a NumPy function without a "
-                           "gradient rule)")
+                           "gradient rule)", plain_array)
     __float__ = _detaching("float() (also what buf[i] = x, writing into a plain NumPy "
-                           "array, calls)")
-    __int__ = _detaching("int()")
-    __index__ = _detaching("operator.index()")
-    __complex__ = _detaching("complex()")
-    item = _detaching(".item()")
-    tolist = _detaching(".tolist()")
+                           "array, calls)", float)
+    __int__ = _detaching("int()", int)
+    __index__ = _detaching("operator.index()", operator.index)
+    __complex__ = _detaching("complex()", complex)
+    item = _detaching(".item()", np.ndarray.item)
+    tolist = _detaching(".tolist()", np.ndarray.tolist)
 
     def __bool__(self):
         # Control flow on a value is fine: the branch taken is what gets differentiated.

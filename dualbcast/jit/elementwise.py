@@ -89,6 +89,7 @@ class ElementwiseGroup(LoopSource):
         self.kernels = []           # the kernel calls it makes per element (KernelCall)
         self.tuples = set()         # their slots of partials loops (tuples: never written)
         self.masks = set()          # the slots of its records that give bools
+        self.ties = False           # whether it meets ties of zeros (np.maximum's)
         self.buffers = []           # the slots whose elements it writes (set by finish):
         #                             the written ones, then the terms of its sums
         self.ints = list(shape)     # the loop's integer argument: sizes, then bounds
@@ -156,8 +157,9 @@ class ElementwiseGroup(LoopSource):
             self.masks.add(record.out)
         elif kind == "extremum":    # (a tie of 0.0 and -0.0: NumPy's, see loop_forms)
             x, y = operands
-            self.element.append(f"bad |= ({x} == {y}) & (math.copysign(1.0, {x}) != "
+            self.element.append(f"tie |= ({x} == {y}) & (math.copysign(1.0, {x}) != "
                                 f"math.copysign(1.0, {y}))")
+            self.ties = True
         ufunc = kind in _VALUES and isinstance(
             OPERATOR_UFUNCS.get(record.func, record.func), np.ufunc)
         self._took(record, getattr(record.func, "__name__", type(record.func).__name__),
@@ -373,6 +375,14 @@ class ElementwiseGroup(LoopSource):
                          f"loaded in {time.perf_counter() - start:.2f} s")
         code = function(*args)
         self.calls += 1
+        if code == 3:
+            # (which zero NumPy gives depends on where the element falls: the group's
+            # records run as NumPy calls from now on, rather than twice every call)
+            self.failed, self.function = True, None
+            logger.debug(f"db.jit: an elementwise loop ({describe(self)}) met a tie of 0.0 "
+                         f"and -0.0 in np.maximum or np.minimum: its records run as NumPy "
+                         f"calls from now on")
+            return False
         if code:
             self.handed_back += 1
             if self.handed_back == policy.LOOP_HAND_BACKS:

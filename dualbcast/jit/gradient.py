@@ -27,6 +27,10 @@ from .recorder import ProgramRecorder
 from .signature import Unreplayable, signature
 
 
+# What GradientPrograms.call gives once a mask changed: the caller stages the call.
+STAGED_INSTEAD = object()
+
+
 class GradientProgram(Program):
     """A gradient's traced program: its forward records, replayed on a fresh tape (or
     as generated code, or fused), and the core's backward pass after them."""
@@ -197,7 +201,8 @@ class GradientPrograms(Signatures):
         self.staged_instead = None
 
     def call(self, args, kwargs, positions, differentiated, out, single):
-        """One value and gradient: replayed if it can be, else traced (and recorded)."""
+        """One value and gradient: replayed if it can be, else traced (and recorded);
+        :data:`STAGED_INSTEAD` when a mask it checks changed (see ``staged_instead``)."""
         entry, arrays = self.entry_for(args, kwargs, differentiated)
         if entry is None:       # an argument no signature can compare: eager
             self.ran_eagerly(None, arrays)
@@ -210,9 +215,11 @@ class GradientPrograms(Signatures):
                 return call.replay(args, positions, out, single)
             except GuardFailed as failed:
                 why = str(failed)
-                if type(failed) is MaskChanged and self.staged_instead is None:
-                    self.staged_instead = f"{why}: staged from the next call on"
-                    logger.info(f"db.jit of {self.name}: {self.staged_instead}")
+                if type(failed) is MaskChanged:
+                    self.staged_instead = why
+                    logger.info(f"db.jit of {self.name}: {why}: its calls are staged from "
+                                f"now on (a staged program computes the mask again)")
+                    return STAGED_INSTEAD
         return call.trace(args, kwargs, positions, out, single, why)
 
     def replay_short(self, args, differentiated, ranks, single):

@@ -14,7 +14,7 @@ from typing import Callable
 
 from ..core.api import GradientFunction, value_and_grad
 from ..core.trace import ArgumentPositions, tracing_state
-from .gradient import GradientPrograms
+from .gradient import STAGED_INSTEAD, GradientPrograms
 from .out import written_into
 from .staged import StagedPrograms
 
@@ -172,6 +172,8 @@ def _jitted(spec):
             if replayed is not None:
                 return replayed if with_value else replayed[1]
         result = programs.call(args, kwargs, positions, differentiated, out, single)
+        if result is STAGED_INSTEAD:            # (a mask changed: staged from now on)
+            result = staged(args, kwargs)
         return result if with_value else result[1]
     setattr(jitted, "__dualbcast_gradient__", spec)
     return _marked(jitted, _Both(programs, staged))
@@ -190,8 +192,10 @@ class _Both:
         if not self.programs.entries and not self.programs.unkeyed:
             return staged.explain()
         why = self.programs.staged_instead
-        return "\n".join([self.programs.explain()] + ([f"  now staged: {why}"] if why else [])
-                          + [staged.explain()])
+        if why is None:
+            return self.programs.explain() + "\n" + staged.explain()
+        return (self.programs.explain().split("\n")[0] + f"\n  staged since {why}\n"
+                + staged.explain())
 
 
 class StagedGradients:

@@ -164,8 +164,8 @@ def _extremum_form(record, values, shape):
     template)``, the larger (smaller) one, a NaN where either is one (the first where
     both are).  Which zero NumPy gives at a tie of 0.0 and -0.0 depends on where the
     element falls in the array (its vector loop gives the second, its scalar loop,
-    for the tail, the first), which no loop can follow: the loop hands the group back
-    where it meets one."""
+    for the tail, the first), which no loop can follow: a loop that meets one hands
+    its group back to NumPy's calls for good."""
     traced = traced_positions(record)
     if len(record.args) != 2 or not all(
             _loopable(values[traced[i]] if i in traced else arg, shape)

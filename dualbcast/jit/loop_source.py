@@ -35,6 +35,8 @@ class LoopSource:
             lines.append(f"    if {' or '.join(checks)}:")
             lines.append("        return 1")
         lines.append("    bad = False")
+        if self.ties:
+            lines.append("    tie = False")
         for call in self.kernels:
             lines += call.head()
         shape = ", ".join(f"n{axis}" for axis in range(ndim))
@@ -58,7 +60,8 @@ class LoopSource:
                   for s, scatter in enumerate(self.scatters)]
         for m, reduction in enumerate(self.sums):
             lines += reduction.source(f"q{m}", f"o{buffers.index(reduction.operand)}", ndim)
-        lines.append("    return 2 if bad else 0")
+        lines.append("    return 3 if tie else 2 if bad else 0" if self.ties
+                     else "    return 2 if bad else 0")
         header = "".join(call.key() for call in self.kernels) + _HEADER \
             + (SUMS_HEADER if self.sums else "") + (KERNELS_HEADER if self.kernels else "")
         return header + "\n".join(lines) + "\n"

@@ -176,21 +176,28 @@ def _nbytes(constant):
     """The bytes of memory ``constant`` reads: an axis of stride 0 (a broadcast view,
     the backward pass's cotangent of a mean) repeats one element."""
     if type(constant) is np.ndarray:
-        return constant.itemsize * math.prod(n for n, stride in zip(constant.shape,
-                                                                   constant.strides) if stride)
+        return compact(constant).nbytes
     return sum(map(_nbytes, constant)) if type(constant) in (list, tuple) else 0
+
+
+def compact(array):
+    """``array`` without the repeats of its axes of stride 0 (a view of their first
+    element: what a broadcast view reads), or ``array`` itself if it has none (or is
+    no array: a list)."""
+    if type(array) is not np.ndarray or array.size <= 1 or 0 not in array.strides:
+        return array
+    return array[tuple(slice(0, 1) if stride == 0 else slice(None)
+                       for stride in array.strides)]
 
 
 def _copied(constant):
     kind = type(constant)
     if kind is np.ndarray:
-        if 0 in constant.strides and constant.size > 1:
-            # (a broadcast view: its one element per axis of stride 0 copied, and
-            # broadcast again -- a view of what the trace read, as small)
-            first = tuple(slice(0, 1) if stride == 0 else slice(None)
-                          for stride in constant.strides)
-            return np.broadcast_to(constant[first].copy(), constant.shape)
-        return constant.copy()
+        if not constant.flags.writeable and compact(constant) is not constant:
+            # (a read-only broadcast view: what it reads copied, and broadcast again,
+            # as small and of the same Numba type, read-only)
+            return np.broadcast_to(compact(constant).copy(), constant.shape)
+        return constant.copy(order="K")      # (its memory order: BLAS adds by it)
     if kind in (list, tuple):
         return kind(map(_copied, constant))
     return constant

@@ -294,4 +294,4 @@ def _as_traced(value, kind):
 def _fresh(constant):
     # A constant array of the output is handed out anew each call: the caller may
     # write into it, as into the eager call's result.
-    return constant.copy() if type(constant) is np.ndarray else constant
+    return constant.copy(order="K") if type(constant) is np.ndarray else constant
