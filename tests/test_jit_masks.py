@@ -163,11 +163,12 @@ def test_a_tie_of_zeros_hands_the_loop_to_numpy_once_and_for_all():
         np.testing.assert_allclose(gradient, want_gradient, rtol=1e-14, atol=0)
 
 
-@pytest.mark.xfail(strict=True, reason="defect (minor, pre-existing, found by a review "
-                   "2026-11-28): np.clip on traced values is np.minimum(np.maximum(x, low), "
-                   "high), whose zero at a tie of -0.0 and 0.0 is NumPy's maximum's, not "
-                   "np.clip's (which keeps x): the sign of a zero differs from the plain call")
 def test_clip_keeps_the_sign_of_a_zero_at_a_bound_as_numpy_does():
-    x = np.array([-0.0, 0.5, -1.0, 0.0] * 10)
-    f = lambda x: np.clip(x, 0.0, 1.0)
-    assert _bits(db.jit(f)(x)) == _bits(f(x))
+    # (a review found np.clip(-0.0, 0.0, 1.0) traced as 0.0: np.maximum(x, 0.0) gives
+    # its second operand at the tie, where np.clip keeps x)
+    for n in (1, 7, 40, 3000):
+        x = np.resize([-0.0, 0.5, -1.0, 0.0, 1.0, -0.0], n)
+        f = lambda x: np.clip(x, 0.0, 1.0) + np.clip(-x, -1.0, -0.0)
+        assert _bits(db.jit(f)(x)) == _bits(f(x)) == _bits(db.jit(f)(x)), n
+        value, _ = db.value_and_grad(lambda x: np.sum(1.0 / np.clip(x, 0.0, 1.0)[:1]))(x[:1])
+        assert value == 1.0 / np.clip(x[:1], 0.0, 1.0)[0]
