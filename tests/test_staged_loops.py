@@ -625,6 +625,26 @@ def test_a_tie_of_zeros_of_both_signs_hands_maximum_back_to_numpy():
 
 # ------------------------------------------------------------- sums in loops
 
+def test_a_sums_reader_waits_so_that_the_backward_pass_joins_the_forward_loop():
+    # (the energy from the sums of a stencil's squares is read before the backward pass,
+    # which reads the stencil again: one loop per shape, not two)
+    def energy(u, kappa):
+        gx, gy = u[1:, :] - u[:-1, :], u[:, 1:] - u[:, :-1]
+        total = 0.5 * kappa * (np.sum(gx * gx) + np.sum(gy * gy))
+        return total + np.sum(np.where(u > 0.5, u * u, u))
+
+    eager = db.value_and_grad(energy)
+    jitted = db.jit(eager)
+    for _ in range(3):
+        u = RNG.uniform(0.0, 1.0, (64, 48))
+        value, gradient = jitted(u, 0.7)
+        want_value, want_gradient = eager(u, 0.7)
+        assert _bits(value) == _bits(want_value)
+        assert_same_to_rounding(want_gradient, gradient)
+    shapes = [group.shape for group in loops_of(jitted)]
+    assert sorted(shapes) == [(63, 48), (64, 47), (64, 48)], shapes
+
+
 @pytest.mark.parametrize("shape, axis, keepdims", [
     ((300, 5), None, False), ((300, 5), (0, 1), True),        # whole: pairwise past 128
     ((40, 3), 1, False), ((6, 300), -1, True),                # trailing: short and long rows

@@ -21,9 +21,11 @@ records, in the spirit of XLA's:
   give arrays of one shape, joined into one loop that reads each input once and writes
   only the values used outside it.
 
-What a plan keeps is the records' order: a group runs where its last record was, and
-a group closes as soon as anything else reads one of its values (so that everything
-it reads is computed before it, and everything reading it after).
+What a plan keeps is the records' order, but for one thing: a group runs where its
+last record was, and closes as soon as anything else reads one of its values (so that
+everything it reads is computed before it, and everything reading it after) -- except
+a record that reads only its sums, which waits until the group has closed for another
+reason (see :class:`_Grouping`).
 
 Records that the outputs, the guards or the shape checks read (``needed``), and the
 records an output is a view of, always run in their own slot: they are neither merged
@@ -197,6 +199,7 @@ def _grouped(records, rename, values, needed, guard_reads, leaves):
             for slot in guard_reads.pop(0)[1]:
                 grouping.read_outside(slot)
         grouping.take(record, position)
+    grouping.flush()
     for _, slots in guard_reads:
         for slot in slots:
             grouping.read_outside(slot)
@@ -207,7 +210,16 @@ def _grouped(records, rename, values, needed, guard_reads, leaves):
 
 
 class _Grouping:
-    """The steps of a plan so far: records, and groups of records one loop computes."""
+    """The steps of a plan so far: records, and groups of records one loop computes.
+
+    A record that reads only sums of open groups (the energy from the sums of a
+    stencil's squares) waits: it is placed after those groups, which stay open to the
+    records of their shapes that follow (the backward pass of the same stencil, which
+    reads its values again).  So do the records that read what a waiting one computes,
+    until a group's record reads it, or a guard: then the groups close and the waiting
+    records are placed.  Only the replay's order changes, of operations that write
+    nothing but their own slots (an error in a replay traces the call again, which
+    meets it as the eager call does)."""
 
     def __init__(self, rename, values, needed):
         self.rename, self.values, self.needed = rename, values, needed
@@ -215,11 +227,37 @@ class _Grouping:
         self.open_groups = {}       # shape -> the group records of that shape may join
         self.member_of = {}         # slot -> its group
         self.placed = {}            # group -> its step's index in steps
+        self.waiting = []           # the steps of the records that wait (see above)
+        self.waited = set()         # the slots they compute
+        self.awaited = set()        # the groups they wait for
+
+    def flush(self):
+        """Close the groups that records wait for, and place those records after them."""
+        for group in self.awaited:
+            if self.open_groups.get(group.shape) is group:
+                del self.open_groups[group.shape]
+        self.steps += self.waiting
+        self.waiting, self.waited, self.awaited = [], set(), set()
+
+    def _summed_groups(self, slots):
+        """The open groups whose sums ``slots`` are, if every slot of an open group
+        among them is a sum (else, or if there is none, None)."""
+        groups = set()
+        for slot in slots:
+            group = self.member_of.get(slot)
+            if group is None or self.open_groups.get(group.shape) is not group:
+                continue                    # (computed before: by a step, a closed group)
+            if slot not in group.reductions:
+                return None
+            groups.add(group)
+        return groups or None
 
     def read_outside(self, slot, reader=None):
         """A value read outside its group: the group writes it, and takes no more
         records (it runs before whatever reads it).  A sum is never read inside: the
         loop adds it up after its elements."""
+        if slot in self.waited:
+            self.flush()                    # (a waiting record's value is read: placed)
         group = self.member_of.get(slot)
         if group is not None and (group is not reader or slot in group.reductions):
             if slot not in group.reductions:
@@ -238,10 +276,18 @@ class _Grouping:
         elif form is not None and form[0] == "part":
             form = self._part_joins(slots[0], form)
         if form is None:
+            summed = self._summed_groups(slots)
+            if summed is not None or self.waited.intersection(slots):
+                self.waiting.append(("record", record, position))     # (see the class)
+                self.waited.add(record.out)
+                self.awaited |= summed or set()
+                return
             for slot in slots:
                 self.read_outside(slot)
             self.steps.append(("record", record, position))
             return
+        if self.waited.intersection(slots):
+            self.flush()                    # (a group's record reads a waiting value)
         offset = form[0] in ("read", "scatter", "gather")
         if offset:
             # (read at an offset or by an index: from memory, never from the loop's own
