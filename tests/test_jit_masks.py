@@ -172,3 +172,6 @@ def test_clip_keeps_the_sign_of_a_zero_at_a_bound_as_numpy_does():
         assert _bits(db.jit(f)(x)) == _bits(f(x)) == _bits(db.jit(f)(x)), n
         value, _ = db.value_and_grad(lambda x: np.sum(1.0 / np.clip(x, 0.0, 1.0)[:1]))(x[:1])
         assert value == 1.0 / np.clip(x[:1], 0.0, 1.0)[0]
+        # (an array bound: np.clip gives the bound at the tie, as a review found)
+        bounds = lambda x: np.clip(x, np.zeros(n), 1.0) + np.clip(-x, -1.0, np.full(n, -0.0))
+        assert _bits(db.jit(bounds)(x)) == _bits(bounds(x)), n

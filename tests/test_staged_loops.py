@@ -645,6 +645,35 @@ def test_a_sums_reader_waits_so_that_the_backward_pass_joins_the_forward_loop():
     assert sorted(shapes) == [(63, 48), (64, 47), (64, 48)], shapes
 
 
+PARITY = np.arange(48) % 2                   # (an int mask: np.where by it is a NumPy call)
+
+
+def _waits_for_a_closed_group(x, y):
+    v = x * 2.0 + 1.0                       # (a loop over (64, 48), closed by the exp...)
+    c = np.exp(v * 3.0)
+    s = np.sum(y * y)                       # (...a loop over (64, 47), open)
+    return np.where(PARITY, v, s), c        # (waits for the sum, reads v: written)
+
+
+def _waits_on_a_waiting_value(x, y):
+    t = 0.5 * np.sum(y * y)                 # (waits for the (64, 47) loop)
+    v = x * 3.0                             # (a loop over (64, 48), open)
+    r = np.where(PARITY, v, t)              # (reads t: waits; reads v: its loop writes it)
+    return r, y * t, x + 1.0                # (y * t places r; x + 1.0 in a loop after it)
+
+
+@pytest.mark.parametrize("f", [_waits_for_a_closed_group, _waits_on_a_waiting_value])
+def test_what_a_waiting_record_reads_besides_sums_is_computed_before_it(f):
+    # (a review found a waiting record reading a loop's value never written -- None --
+    # or computed after it)
+    jitted = db.jit(f)
+    for _ in range(3):
+        x, y = RNG.standard_normal((64, 48)), RNG.standard_normal((64, 47))
+        for got, want in zip(jitted(x, y), f(x, y)):
+            assert got.dtype == want.dtype and _bits(got) == _bits(want)
+    assert "0 failed replays" in jitted.explain()
+
+
 @pytest.mark.parametrize("shape, axis, keepdims", [
     ((300, 5), None, False), ((300, 5), (0, 1), True),        # whole: pairwise past 128
     ((40, 3), 1, False), ((6, 300), -1, True),                # trailing: short and long rows

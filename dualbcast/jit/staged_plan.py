@@ -252,6 +252,23 @@ class _Grouping:
             groups.add(group)
         return groups or None
 
+    def _wait(self, record, position, slots):
+        """``record`` waits (see the class) for the open groups whose sums it reads;
+        what else it reads is computed before it: written by its group, which closes
+        (a value of a group that closed, of one still open that a waiting record's
+        reader takes)."""
+        for slot in slots:
+            if slot in self.waited:
+                continue
+            group = self.member_of.get(slot)
+            if group is not None and self.open_groups.get(group.shape) is group \
+                    and slot in group.reductions:
+                self.awaited.add(group)
+            else:
+                self.read_outside(slot)
+        self.waiting.append(("record", record, position))
+        self.waited.add(record.out)
+
     def read_outside(self, slot, reader=None):
         """A value read outside its group: the group writes it, and takes no more
         records (it runs before whatever reads it).  A sum is never read inside: the
@@ -278,9 +295,7 @@ class _Grouping:
         if form is None:
             summed = self._summed_groups(slots)
             if summed is not None or self.waited.intersection(slots):
-                self.waiting.append(("record", record, position))     # (see the class)
-                self.waited.add(record.out)
-                self.awaited |= summed or set()
+                self._wait(record, position, slots)
                 return
             for slot in slots:
                 self.read_outside(slot)

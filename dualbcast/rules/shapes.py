@@ -299,10 +299,11 @@ def _where_rule(condition, x=None, y=None):
 
 @_register(np.clip)
 def _clip_rule(a, a_min=None, a_max=None, out=None, *, min=None, max=None, **kwargs):
-    # clip = minimum(high, maximum(low, a)): the same values as np.clip, and at a bound
-    # the cotangent is shared half and half, as np.maximum/np.minimum share it.  ``a``
-    # second: NumPy's maximum gives its second operand at a tie of 0.0 and -0.0, and
-    # np.clip keeps ``a`` (clip(-0.0, 0.0, 1.0) is -0.0).
+    # clip = minimum(maximum(a, low), high): the same values as np.clip, and at a bound
+    # the cotangent is shared half and half, as np.maximum/np.minimum share it.  At a
+    # tie of 0.0 and -0.0 NumPy's maximum gives its second operand; np.clip keeps ``a``
+    # against a number bound (clip(-0.0, 0.0, 1.0) is -0.0) and gives an array bound:
+    # the operands in that order.
     no_out("clip", out)
     if kwargs:
         raise NotImplementedError(f"dualbcast: numpy.clip on traced values does not support "
@@ -310,9 +311,9 @@ def _clip_rule(a, a_min=None, a_max=None, out=None, *, min=None, max=None, **kwa
     low = a_min if min is None else min
     high = a_max if max is None else max
     if low is not None:
-        a = np.maximum(low, a)
+        a = np.maximum(low, a) if np.ndim(low) == 0 else np.maximum(a, low)
     if high is not None:
-        a = np.minimum(high, a)
+        a = np.minimum(high, a) if np.ndim(high) == 0 else np.minimum(a, high)
     return a
 
 
