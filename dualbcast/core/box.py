@@ -256,10 +256,9 @@ def _innermost_unboxed(args, kwargs):
     of a ``grad`` inside ``dualbcast.jit`` and ``t`` a jitted argument, is a constant
     to the ``grad`` and ``t``'s comparison to the jit trace)."""
     tape = None
-    for arg in (*args, *kwargs.values()):
-        for item in (arg if type(arg) in (list, tuple) else (arg,)):
-            if type(item) is Box and (tape is None or item.tape.level > tape.level):
-                tape = item.tape
+    for item in _boxes_among(args, kwargs.values()):
+        if tape is None or item.tape.level > tape.level:
+            tape = item.tape
     if tape is None:
         return None, args, kwargs
 
@@ -283,16 +282,22 @@ def _discrete_only(*groups):
     (An integer input, a leaf, is not: ``dualbcast.jit`` makes the function's
     integer arrays constants when one meets such a use.)"""
     found = False
+    for item in _boxes_among(*groups):
+        kind = getattr(getattr(item.value, "dtype", None), "kind", "f")
+        tape = item.tape
+        if kind not in "biu" or item.slot < len(tape.values) - len(tape.records):
+            return False
+        found = True
+    return found
+
+
+def _boxes_among(*groups):
+    """The boxes among ``groups`` of arguments, where boxes may sit one list deep."""
     for args in groups:
         for arg in args:
             for item in (arg if type(arg) in (list, tuple) else (arg,)):
                 if type(item) is Box:
-                    kind = getattr(getattr(item.value, "dtype", None), "kind", "f")
-                    tape = item.tape
-                    if kind not in "biu" or item.slot < len(tape.values) - len(tape.records):
-                        return False
-                    found = True
-    return found
+                    yield item
 
 
 def plain_array(value, dtype=None, copy=None):
