@@ -4,6 +4,7 @@ and nothing of replay (see :mod:`dualbcast.jit`, which records through the tape'
 recorder hook)."""
 from .api import grad, jvp, stop_gradient, value_and_grad, vjp
 from .box import Box
-from .matrices import hessian, jacobian
+from .matrices import hessian, jacfwd, jacobian, jacrev
+from .vmap import vmap
 
-__all__ = ["Box", "grad", "hessian", "jacobian", "jvp", "stop_gradient", "value_and_grad", "vjp"]
+__all__ = ["Box", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jvp", "stop_gradient", "value_and_grad", "vjp", "vmap"]

@@ -11,7 +11,7 @@ import numpy as np
 from ..foreign import is_dask_array
 from .box import Box, as_kind, kind_of
 from .pytree import describe, flatten, flatten_like, unflatten
-from .tape import backward
+from .tape import Traced, backward
 from .trace import (ArgumentPositions, gradients, name_of, start_tracing,
                     stop_tracing, trace_arguments, trace_value, value_and_gradient)
 
@@ -138,7 +138,7 @@ def _seed(ct, value):
     enclosing transform (the pullback differentiated with respect to it), kept traced:
     the backward pass then runs as operations that transform records."""
     dtype = value.dtype if hasattr(value, "dtype") else np.result_type(value)
-    if type(ct) is Box:
+    if isinstance(ct, Traced):
         return ct if ct.dtype == dtype else ct.astype(dtype)
     if is_dask_array(ct):
         return ct.astype(dtype)
@@ -216,16 +216,16 @@ def _not_dask_in_jvp(value):
 
 def _checked_tangent(primal, tangent):
     """``tangent`` as the tangent of the leaf ``primal``: its shape, its float dtype."""
-    shape = primal.shape if type(primal) is Box else np.shape(primal)
-    tangent_shape = tangent.shape if type(tangent) is Box else np.shape(tangent)
+    shape = primal.shape if isinstance(primal, Traced) else np.shape(primal)
+    tangent_shape = tangent.shape if isinstance(tangent, Traced) else np.shape(tangent)
     if tangent_shape != shape:
         raise ValueError(f"jvp: a tangent of shape {tangent_shape} for a primal of shape "
                          f"{shape}")
-    if type(tangent) is Box:
+    if isinstance(tangent, Traced):
         return tangent
     if np.iscomplexobj(tangent):
         raise TypeError("jvp: complex tangents are not supported")
-    dtype = primal.dtype if type(primal) is Box else np.result_type(primal)
+    dtype = primal.dtype if isinstance(primal, Traced) else np.result_type(primal)
     if dtype.kind != "f":
         dtype = np.dtype(np.float64)        # (an int primal is refused when it is traced)
     if kind_of(primal) == "float" and np.ndim(tangent) == 0:
@@ -242,7 +242,7 @@ def _tangent_like(value, tangent, seen):
     copied unless it owns its buffer and its id is not in ``seen`` (arrays the caller
     holds; it is added there)."""
     kind = kind_of(value)
-    if type(value) is Box:
+    if isinstance(value, Traced):
         shape, dtype = value.shape, value.dtype
     else:
         shape = np.shape(value)
@@ -252,7 +252,7 @@ def _tangent_like(value, tangent, seen):
         if kind == "float":
             return 0.0
         return np.zeros(shape, dtype) if shape or kind == "array" else dtype.type(0)
-    if type(tangent) is Box:
+    if isinstance(tangent, Traced):
         return as_kind(tangent, kind)
     if kind == "float":
         return float(tangent)

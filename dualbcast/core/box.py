@@ -57,6 +57,8 @@ def trace_inputs(args, vjps=None):
                 argnums += (i,)
             else:
                 others += ((i, arg.slot),)
+        elif type(arg) not in SCALARS and isinstance(arg, Traced):
+            return _nested_inputs(args, vjps)
     return tape, values, parents, argnums, others
 
 
@@ -68,8 +70,14 @@ def _nested_inputs(args, vjps):
     """:func:`trace_inputs` where values of several traces meet: the innermost trace
     (the highest level) records the operation, and the values of the others are
     constants to it (they stay boxes in ``values``: computing on them records on
-    their own traces)."""
+    their own traces).  When the innermost is a trace of another kind (a ``vmap``'s),
+    ``(that trace, None, (), (), ())``: it processes the operation (see :func:`apply`)."""
+    foreign = inner_foreign(args)
+    if foreign is not None:
+        return foreign.trace, None, (), (), ()
     tapes = {id(arg.tape): arg.tape for arg in args if type(arg) is Box}.values()
+    if not tapes:
+        return None, args, (), (), ()
     for tape in tapes:
         if tape.closed:
             raise RuntimeError(_USED_AFTER_RETURN)
@@ -96,6 +104,8 @@ def apply(func, vjps, args, kwargs=_NO_KWARGS, scalar_vjps=None):
     traced (``vjps[i]`` not None).  The one place where NumPy operations meet the tape.
     ``scalar_vjps``, if given, replace ``vjps`` when the result is a scalar."""
     tape, values, parents, argnums, others = trace_inputs(args, vjps)
+    if values is None:              # the innermost trace is not a tape: it takes the call
+        return tape.function(func, args, kwargs)
     try:
         ans = func(*values, **kwargs)
     except Exception:
@@ -130,14 +140,14 @@ def kind_of(x):
 def as_kind(x, kind):
     """``x`` as a value of ``kind`` (:func:`kind_of`), its dtype kept: when ``x`` is
     traced, recorded as an identity (a replay must give the type the eager call
-    gives)."""
-    if type(x) is Box and kind_of(x) == kind:
+    gives).  A batched value (``vmap``'s) stays one: its kind is its examples'."""
+    if type(x) is Box and kind_of(x) == kind or _batched(x):
         return x
     return _as_kind(x, kind)
 
 
 def _as_kind(x, kind):
-    if type(x) is Box:
+    if type(x) is Box or _batched(x):
         return apply(_as_kind, _AS_KIND_VJPS, (x, kind))
     if kind == "array":
         return np.asarray(x)
@@ -225,6 +235,9 @@ def _complex_result(tape, func):
 def constant(func, args, kwargs=_NO_KWARGS):
     """``func`` on the values of ``args`` (boxes may sit one list deep), a constant:
     see :func:`_left_trace`."""
+    foreign = inner_foreign(args, kwargs.values())
+    if foreign is not None:
+        return foreign.trace.function(func, args, kwargs)
     tape, values, kw = _innermost_unboxed(args, kwargs)
     try:
         result = func(*values, **kw)
@@ -291,6 +304,32 @@ def _discrete_only(*groups):
     return found
 
 
+def _batched(x):
+    """Whether ``x`` is a value of a trace that is not a tape (a ``vmap``'s)."""
+    return type(x) is not Box and type(x) not in SCALARS and isinstance(x, Traced)
+
+
+def inner_foreign(*groups):
+    """The value, among ``groups`` of arguments (one list deep), of the innermost trace
+    there when that trace is not a tape (a ``vmap``'s, :mod:`.batching`), else None:
+    that trace processes the operation, the boxes of tapes constants to it."""
+    foreign, level = None, 0
+    for args in groups:
+        for arg in args:
+            for item in (arg if type(arg) in (list, tuple) else (arg,)):
+                if type(item) is Box:
+                    if item.tape.level > level:
+                        foreign, level = None, item.tape.level
+                elif _batched(item) and item.trace.level > level:
+                    foreign, level = item, item.trace.level
+    return foreign
+
+
+_COMPARISON_UFUNCS = {operator.lt: np.less, operator.le: np.less_equal,
+                      operator.gt: np.greater, operator.ge: np.greater_equal,
+                      operator.eq: np.equal, operator.ne: np.not_equal}
+
+
 def _boxes_among(*groups):
     """The boxes among ``groups`` of arguments, where boxes may sit one list deep."""
     for args in groups:
@@ -344,6 +383,9 @@ def _ufunc_name(ufunc):
 
 
 def call_function(func, args, kwargs):
+    foreign = inner_foreign(args, kwargs.values())
+    if foreign is not None:
+        return foreign.trace.function(func, args, kwargs)
     rule = FUNCTION_RULES.get(func)
     if rule is not None:
         return rule(*args, **kwargs)
@@ -384,6 +426,10 @@ def _shape_method(func):
 
 
 def _operator(ufunc, op, x, y):
+    if _batched(y if type(x) is Box else x):
+        foreign = inner_foreign((x, y))
+        if foreign is not None:
+            return foreign.trace.ufunc(ufunc, "__call__", (x, y), _NO_KWARGS)
     vjps = UFUNC_VJPS.get(ufunc)
     if vjps is None:
         if ufunc in CONSTANTS:
@@ -448,6 +494,9 @@ def _operator_unary(ufunc, op, x):
 
 def _comparison(op):
     def compare(self, other):
+        if _batched(other) and inner_foreign((self, other)) is not None:
+            return other.trace.ufunc(_COMPARISON_UFUNCS[op], "__call__", (self, other),
+                                     _NO_KWARGS)
         if type(other) is Box:
             if other.tape is not self.tape:
                 return constant(op, (self, other))      # values of two traces
@@ -567,6 +616,9 @@ class Box(Traced):
 
     # --------------------------------------------------------------- array protocol
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        foreign = inner_foreign(inputs, kwargs.values())
+        if foreign is not None:
+            return foreign.trace.ufunc(ufunc, method, inputs, kwargs)
         if "out" in kwargs:
             raise TypeError(f"numpy.{ufunc.__name__}(..., out=...) with traced values: an "
                             f"in-place write would detach or corrupt the gradient; use the "

@@ -1,12 +1,13 @@
-"""Whole derivative matrices, ``jacobian`` and ``hessian``, a column (``jvp``) or a row
-(a ``vjp`` pullback) at a time.
+"""Whole derivative matrices -- ``jacobian``, ``jacfwd``, ``jacrev``, ``hessian`` --
+each as one batched pass (:func:`.vmap.vmap`).
 
-A row of a Jacobian costs one backward pass over a tape recorded once; a column costs a
-whole forward-mode run of the function.  So ``jacobian`` takes rows unless there are
-more outputs than inputs, and ``hessian`` is the Jacobian of the gradient taken by rows:
-the gradient is traced once (its backward pass recorded as operations of an enclosing
-trace: reverse over reverse) and each row is one pullback of it, a Hessian-vector
-product with a unit vector, without running ``f`` again.
+A row of a Jacobian is a pullback of one output's unit cotangent, a column a
+directional derivative along one input's unit tangent.  ``jacrev`` traces ``f`` once
+and runs its backward pass once over the batch of every unit cotangent; ``jacfwd``
+runs ``f`` once carrying the batch of every unit tangent beside each value.  So
+``jacobian`` takes rows unless there are more outputs than inputs, and ``hessian`` is
+the forward Jacobian of the gradient (forward over reverse, as JAX's): ``f`` and its
+backward pass run once, every value's tangent a batch of Hessian-vector products.
 """
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ import numpy as np
 
 from ..foreign import is_dask_array
 from .api import grad, jvp, vjp
-from .box import Box
+from .tape import Traced
 from .trace import ArgumentPositions, name_of
+from .vmap import vmap
 
 Argnums = Union[int, Sequence[int]]
 
@@ -29,10 +31,10 @@ def jacobian(f: Callable, argnums: Argnums = 0, *, mode: str = "auto") -> Callab
     ``out.shape + x.shape``, a tuple of them for a tuple ``argnums`` (like
     ``jax.jacobian``).
 
-    ``mode``: "reverse" takes a row per output element (one trace of ``f``, then one
-    backward pass per row), "forward" a column per input element (a forward-mode run
-    of ``f`` per column); "auto" (the default) takes rows unless ``f`` has more
-    outputs than inputs.
+    ``mode``: "reverse" (:func:`jacrev`: one trace of ``f``, then one backward pass
+    over the batch of all rows), "forward" (:func:`jacfwd`: one forward-mode run of
+    ``f`` over the batch of all columns); "auto" (the default) takes rows unless ``f``
+    has more outputs than inputs.
 
     >>> import numpy as np, dualbcast as db
     >>> db.jacobian(lambda x: x[:2] * x[1:])(np.array([1.0, 2.0, 3.0]))
@@ -48,17 +50,43 @@ def jacobian(f: Callable, argnums: Argnums = 0, *, mode: str = "auto") -> Callab
     @functools.wraps(f)
     def jacobian_f(*args):
         inputs, of_inputs = _restricted(f, args, positions_for, _checked_output)
-        sizes = [_size(x) for x in inputs]
         if mode == "forward":
-            blocks = _by_columns(of_inputs, inputs, sizes)
+            blocks = _by_columns(of_inputs, inputs)
         else:
             out, pullback = vjp(of_inputs, *inputs)
-            if mode == "auto" and _size(out) > sum(sizes):
-                blocks = _by_columns(of_inputs, inputs, sizes, _shape(out))
+            if mode == "auto" and _size(out) > sum(map(_size, inputs)):
+                blocks = _by_columns(of_inputs, inputs)
             else:
                 blocks = _by_rows(out, pullback, inputs)
         return blocks[0] if single else tuple(blocks)
     return jacobian_f
+
+
+def jacfwd(f: Callable, argnums: Argnums = 0) -> Callable:
+    """The Jacobian of ``f`` by forward mode (like ``jax.jacfwd``): ``f`` runs once,
+    each value carrying its tangents along every input element at once (a batch of
+    unit tangents, :func:`dualbcast.vmap` of :func:`dualbcast.jvp`); best when ``f``
+    has more outputs than inputs.  Shapes as :func:`jacobian`'s.
+
+    >>> import numpy as np, dualbcast as db
+    >>> db.jacfwd(lambda x: np.sin(x) * x[0])(np.array([0.0, 1.0]))
+    array([[0.        , 0.        ],
+           [0.84147098, 0.54030231]])
+    """
+    return jacobian(f, argnums, mode="forward")
+
+
+def jacrev(f: Callable, argnums: Argnums = 0) -> Callable:
+    """The Jacobian of ``f`` by reverse mode (like ``jax.jacrev``): ``f`` is traced
+    once, and its backward pass runs once over the batch of every output's unit
+    cotangent (:func:`dualbcast.vmap` of a :func:`dualbcast.vjp` pullback); best when
+    ``f`` has fewer outputs than inputs.  Shapes as :func:`jacobian`'s.
+
+    >>> import numpy as np, dualbcast as db
+    >>> db.jacrev(lambda x: np.sum(x ** 2) * x[:1])(np.array([1.0, 2.0]))
+    array([[7., 4.]])
+    """
+    return jacobian(f, argnums, mode="reverse")
 
 
 def hessian(f: Callable, argnums: Argnums = 0) -> Callable:
@@ -66,10 +94,9 @@ def hessian(f: Callable, argnums: Argnums = 0) -> Callable:
     arguments: an array of shape ``x.shape + x.shape`` (for a tuple ``argnums``, a
     tuple of tuples of blocks, like ``jax.hessian``).
 
-    Reverse over reverse: the gradient of ``f`` is traced once, with its backward
-    pass recorded, and each row of the Hessian is one backward pass over that
-    recording (a Hessian-vector product with a unit vector); ``f`` runs once.  A
-    kernel's rows come from its second-order loop.
+    Forward over reverse, in one pass: the gradient of ``f`` runs once in forward
+    mode with every unit tangent at once (a batch), so each value carries a batch of
+    Hessian-vector products; a kernel's come from its second-order loop.
 
     >>> import numpy as np, dualbcast as db
     >>> db.hessian(lambda x: x[0] ** 2 * x[1])(np.array([1.0, 3.0]))
@@ -85,7 +112,7 @@ def hessian(f: Callable, argnums: Argnums = 0) -> Callable:
         inputs, gradient_of_inputs = _restricted(
             lambda *full: gradient(*full) if single else _flat_concatenation(gradient(*full)),
             args, positions_for)
-        blocks = _by_rows(*vjp(gradient_of_inputs, *inputs), inputs)
+        blocks = _by_columns(gradient_of_inputs, inputs)
         if single:
             return blocks[0]
         # blocks[j]: the rows of the concatenated gradient against argument j
@@ -121,62 +148,46 @@ def _flat_concatenation(gradients):
 
 
 def _by_rows(out, pullback, inputs):
-    """The Jacobian blocks (one per input) from a pullback per output element
-    (``out, pullback``: a vjp of the function)."""
-    out_shape = np.shape(out) if type(out) is not Box else out.shape
-    count = int(np.prod(out_shape, dtype=np.int64))
-    dtype = out.dtype if isinstance(out, (np.ndarray, np.generic, Box)) else np.float64
-    rows = [[] for _ in inputs]
-    seed = np.zeros(count, dtype)
-    for row in range(count):
-        seed[row] = 1.0
-        cotangents = pullback(seed.reshape(out_shape))   # (the pullback copies it)
-        seed[row] = 0.0
-        for block, ct in zip(rows, cotangents):
-            block.append(np.reshape(ct, -1))
-    return [_stacked(block, 0, (count, _size(x)), x).reshape(out_shape + _shape(x))
-            for block, x in zip(rows, inputs)]
+    """The Jacobian blocks (one per input) from one pullback over the batch of every
+    output element's unit cotangent (``out, pullback``: a vjp of the function)."""
+    out_shape = _shape(out)
+    count = _size(out)
+    basis = np.eye(count, dtype=_float(out)).reshape((count,) + out_shape)
+    rows = vmap(pullback)(basis)
+    return [np.reshape(block, out_shape + _shape(x)) for block, x in zip(rows, inputs)]
 
 
-def _by_columns(f, inputs, sizes, out_shape=None):
-    """The Jacobian blocks from one forward-mode run of ``f`` per input element
-    (``out_shape``: the shape of ``f``'s output, when the caller knows it)."""
-    if out_shape is None and not any(sizes):
-        # No column to run: the output's shape is still the blocks' leading shape.
-        out_shape = _shape(f(*inputs))
-    blocks = []
-    zeros = [_zero_tangent(x) for x in inputs]
-    for k, (x, size) in enumerate(zip(inputs, sizes)):
-        columns = []
-        for element in range(size):
-            basis = np.zeros(size, _float(x))
-            basis[element] = 1.0
-            tangents = list(zeros)
-            tangents[k] = basis.reshape(_shape(x)) if _shape(x) else basis[0]
-            out, tangent = jvp(f, tuple(inputs), tuple(tangents))
-            out_shape = np.shape(out) if type(out) is not Box else out.shape
-            columns.append(np.reshape(tangent, -1))
-        blocks.append((columns, x))
-    return [_stacked(columns, -1, (int(np.prod(out_shape, dtype=np.int64)), _size(x)), x)
-            .reshape(out_shape + _shape(x)) for columns, x in blocks]
+def _by_columns(f, inputs):
+    """The Jacobian blocks from one forward-mode run of ``f`` over the batch of every
+    input element's unit tangent (every input's at once)."""
+    sizes = [_size(x) for x in inputs]
+    total = sum(sizes)
+    tangents, start = [], 0
+    for x, size in zip(inputs, sizes):
+        basis = np.zeros((total, size), _float(x))
+        basis[start:start + size] = np.eye(size, dtype=_float(x))
+        tangents.append(basis.reshape((total,) + _shape(x)))
+        start += size
 
-
-def _stacked(vectors, axis, shape, like):
-    if not vectors:
-        return np.zeros(shape, _float(like))
-    return np.stack(vectors, axis=axis)
-
-
-def _zero_tangent(x):
-    return np.zeros(_shape(x), _float(x)) if _shape(x) else _float(x).type(0.0)
+    def column(*ts):
+        out, tangent = jvp(f, tuple(inputs), ts)
+        return tangent
+    columns = vmap(column, axis_size=total)(*tangents)   # (total,) + the output's shape
+    columns = np.moveaxis(columns, 0, -1)
+    out_shape = _shape(columns)[:-1]
+    blocks, start = [], 0
+    for x, size in zip(inputs, sizes):
+        blocks.append(np.reshape(columns[..., start:start + size], out_shape + _shape(x)))
+        start += size
+    return blocks
 
 
 def _shape(x):
-    return x.shape if type(x) is Box else np.shape(x)
+    return x.shape if isinstance(x, Traced) else np.shape(x)
 
 
 def _float(x):
-    dtype = x.dtype if type(x) is Box else np.result_type(x)
+    dtype = x.dtype if isinstance(x, Traced) else np.result_type(x)
     return dtype if dtype.kind == "f" else np.dtype(np.float64)
 
 
@@ -199,7 +210,7 @@ def _check_input(x, i):
     supported), or a value traced by an enclosing transform."""
     if is_dask_array(x):
         raise TypeError(_DASK.format(what=f"argument {i}"))
-    if type(x) is not Box and not (isinstance(x, (float, np.floating)) or
+    if not isinstance(x, Traced) and not (isinstance(x, (float, np.floating)) or
                                    isinstance(x, np.ndarray) and x.dtype.kind == "f"):
         raise TypeError(f"jacobian/hessian: argument {i} must be a float scalar or a float "
                         f"array, not {type(x).__name__}"
@@ -212,7 +223,7 @@ _DASK = ("jacobian/hessian: {what} is a Dask array; Dask arrays are differentiat
 
 
 def _checked_output(out, f):
-    if type(out) is Box or isinstance(out, (float, np.floating)) or \
+    if isinstance(out, Traced) or isinstance(out, (float, np.floating)) or \
             isinstance(out, np.ndarray) and out.dtype.kind == "f":
         return out
     if is_dask_array(out):

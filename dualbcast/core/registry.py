@@ -16,6 +16,7 @@ SHAPE_ONLY_FUNCTIONS = set()  # those of them that depend on shapes and dtypes o
 SCALAR_FORMS = {}           # ufunc -> its ScalarForm (the core only keeps it)
 JVP_RULES = {}              # a record's func -> jvp(tangents, ans, *args, **kwargs)
 DIAGONAL = set()            # funcs whose vjps are g times a local derivative, elementwise
+BATCH_RULES = {}            # function (np.ufunc: every ufunc's call) -> its batching rule
 
 
 class BackwardOperations:
@@ -58,6 +59,18 @@ def defjvp(func, jvp):
     Without one, a record's tangent comes from its vjps: elementwise ones (ufuncs)
     directly, any other by transposing the vjp (a reverse pass over it, slower)."""
     JVP_RULES[func] = jvp
+
+
+def defbatch(rule, *funcs):
+    """Tell ``vmap`` how to compute each of ``funcs`` on batched values (see
+    :mod:`.batching`): ``rule(size, func, args, batched, **kwargs)``, ``args`` the
+    arguments with each batched value as its stack of ``size`` examples along axis 0,
+    ``batched`` a bool per argument (a tuple of them for a list argument), returns
+    the result with the batch along axis 0 (or a :class:`.batching.Unbatched`).
+    ``np.ufunc`` stands for every ufunc's call, ``(np.ufunc, method)`` for a ufunc
+    method (``reduce``: ``ufunc=`` among the keywords)."""
+    for func in funcs:
+        BATCH_RULES[func] = rule
 
 
 def deflinear(*funcs):

@@ -15,13 +15,19 @@ their tangents) stages the computation as one record with :func:`staged_call`.
 import operator
 
 from .box import Box, keep, record
-from .tape import raised
+from .tape import Traced, raised
 
 
 def staging_only(values):
     """Whether the boxes among ``values`` (there may be none) all belong to a staging
     trace: computing on them records the plain computation there."""
-    return all(value.tape.staging for value in values if type(value) is Box)
+    for value in values:
+        if type(value) is Box:
+            if not value.tape.staging:
+                return False
+        elif isinstance(value, Traced):     # (a vmap's)
+            return False
+    return True
 
 
 def staged_call(func, args, outputs=None):

@@ -12,7 +12,7 @@ from ..positions import argument_positions
 from .box import SCALARS, Box, as_kind, kind_of, snapshot
 from .pytree import LEAF, describe, flatten, flatten_like, unflatten
 from .forward import start_forward
-from .tape import Tape, backward
+from .tape import Tape, Traced, backward
 
 _current = threading.local()       # the tape being recorded on this thread, if any
 
@@ -45,6 +45,18 @@ def start_tracing(single_use, recorder=None, forward=False, staging=False):
 def stop_tracing(tape):
     tape.closed = True
     _current.tape = tape.outer
+
+
+def enter_trace(trace):
+    """Put ``trace`` (a trace of another kind than a tape: a ``vmap``'s) on this
+    thread's stack, one level above the traces already there."""
+    outer = getattr(_current, "tape", None)
+    trace.level = 1 if outer is None else outer.level + 1
+    trace.outer = outer
+    _current.tape = trace
+
+
+exit_trace = stop_tracing
 
 
 def name_of(f):
@@ -126,8 +138,9 @@ def _out_under_transform(outer):
     traced (the gradient too, whenever it depends on the trace's values), and a plain
     array cannot hold a traced value.  Refused whatever the gradient depends on, before
     ``f`` runs: whether ``out=`` works must not depend on the data flow."""
-    what = ("jvp" if outer.tangents is not None else
-            "dualbcast.jit trace" if outer.staging else "grad, vjp, jacobian or hessian")
+    what = getattr(outer, "describe", None) or (
+        "jvp" if outer.tangents is not None else
+        "dualbcast.jit trace" if outer.staging else "grad, vjp, jacobian or hessian")
     return (f"value_and_grad: out= cannot be used inside another transform (here an "
             f"enclosing {what}): the gradient is traced there, and out= holds plain "
             f"arrays; call value_and_grad without out= inside it")
@@ -193,10 +206,9 @@ def _checked_leaf(leaf, position, tape):
     """``leaf`` as it is differentiated (an ndarray subclass, np.memmap or a user's, as
     a plain view of its data: its gradient is a plain array, as NumPy's functions on it
     would compute), or an error saying why it cannot be."""
-    if type(leaf) is Box:           # traced by an enclosing trace: a nested derivative
-        if np.result_type(leaf.value).kind != "f":
-            raise TypeError(_NOT_DIFFERENTIABLE.format(position=position,
-                                                       dtype=np.result_type(leaf.value)))
+    if isinstance(leaf, Traced):    # traced by an enclosing trace: a nested derivative
+        if leaf.dtype.kind != "f":
+            raise TypeError(_NOT_DIFFERENTIABLE.format(position=position, dtype=leaf.dtype))
         return leaf
     if tape.staging and type(leaf) is np.ndarray and leaf.dtype.kind in "iu":
         return leaf                 # an index input of a staged program (never differentiated)
@@ -294,7 +306,7 @@ def scalar_output(out, f, tape):
         return out.value, ((out.slot, SEED_FOR[type(out.value)]),)
     own = type(out) is Box and out.tape is tape
     value = out.value if own else out
-    if type(value) is Box:          # traced by an enclosing trace (nested derivatives)
+    if isinstance(value, Traced):   # traced by an enclosing trace (nested derivatives)
         shape, dtype = value.shape, value.dtype
         if shape != ():
             raise TypeError(f"grad requires {name_of(f)} to return a scalar; it returned "
@@ -370,9 +382,9 @@ def gradient_like(primal, ct, handed_out):
     if type(primal) is float:
         if ct is None or type(ct) in SCALARS:
             return 0.0 if ct is None else float(ct)
-        if type(ct) is Box:
+        if isinstance(ct, Traced):
             return as_kind(ct, "float")
-    elif type(primal) is Box or type(ct) is Box:
+    elif isinstance(primal, Traced) or isinstance(ct, Traced):
         return _traced_gradient_like(primal, ct)
     if type(ct) is not np.ndarray and type(ct) not in SCALARS and ct is not None \
             or type(primal) is not np.ndarray and type(primal) not in SCALARS:
@@ -433,6 +445,6 @@ def _traced_gradient_like(primal, ct):
 
 
 def _shape_and_dtype(x):
-    if type(x) is Box:
+    if isinstance(x, Traced):
         return x.shape, x.dtype
     return np.shape(x), np.result_type(x)

@@ -7,6 +7,7 @@ a kernel called with a box among its arguments hands the call to them."""
 
 class TracingHook:
     box_type = None         # dualbcast.core.Box once the rules are installed
+    batched_type = None     # a vmap's values (dualbcast.core.batching.Batched)
     call = None             # call(kernel, args): k(*args) on traced values
     sum = None              # sum(kernel, args): k.sum(*args) on traced values
 
@@ -15,9 +16,9 @@ hook = TracingHook()
 
 
 def traced(args):
-    """Whether any argument is a traced value (a box)."""
-    box_type = hook.box_type
+    """Whether any argument is a traced value (a box, or a vmap's value)."""
+    box_type, batched_type = hook.box_type, hook.batched_type
     for arg in args:
-        if type(arg) is box_type:
+        if type(arg) is box_type or type(arg) is batched_type:
             return True
     return False

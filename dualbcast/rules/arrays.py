@@ -16,6 +16,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
 from ..core.box import Box, apply, constant, unbox
+from ..core.tape import Traced
 from ..core.registry import deflinear, defjvp, defrule
 from ..core.tape import SparseCotangent
 from .common import constant_dtype, no_out, numpy_only
@@ -63,7 +64,7 @@ def embed_diagonal(g, shape, offset=0, axis1=0, axis2=1):
 
 
 def _embedded_diagonal(g, shape, offset, axis1, axis2):
-    if type(g) is Box:              # traced by an enclosing trace: recorded there
+    if isinstance(g, Traced):       # traced by an enclosing trace: recorded there
         return embed_diagonal(g, shape, offset, axis1, axis2)
     numpy_only(g, function="np.diagonal or np.trace")
     axis1, axis2 = normalize_axis_index(axis1, len(shape)), normalize_axis_index(axis2, len(shape))
@@ -105,7 +106,7 @@ def _diff_rule(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
         if part is np._NoValue:
             continue
         if part is not a:
-            part = part if type(part) is Box else np.asanyarray(part)
+            part = part if isinstance(part, Traced) else np.asanyarray(part)
             if np.ndim(unbox(part)) == 0:
                 shape = list(np.shape(unbox(a)))
                 shape[axis] = 1

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..core.box import SCALARS, Box, apply, call_function
 from ..foreign import is_dask_array
+from ..core.tape import Traced
 from ..core.registry import BACKWARD_OPERATIONS, ScalarForm, defjvp, deflinear, defrule
 from ..core.scatter import scatter_add
 from ..kernel.products import nan_safe_multiply, scaled_sum
@@ -37,7 +38,7 @@ def nan_safe(g, local, out=None):
     infinite or nan): a value that does not influence the output contributes nothing,
     and neither does a path with a zero partial on it (design.md §4, as the kernels'
     dual numbers do)."""
-    if type(g) is Box or type(local) is Box:
+    if isinstance(g, Traced) or isinstance(local, Traced):
         return apply(nan_safe_product, _NAN_SAFE_VJPS, (g, local))
     if out is None and type(g) in SCALARS and type(local) in SCALARS:
         # Scalars (the hot path of scalar code): Python's operator, ~10x cheaper than
@@ -93,7 +94,7 @@ def broadcast_lazily(value, like):
 def is_lazy(x):
     """Whether ``x`` is a lazy array (not a scalar, an ndarray or a traced value): a Dask
     array, whose cotangents are Dask graphs too."""
-    return type(x) is not np.ndarray and type(x) not in SCALARS and type(x) is not Box
+    return type(x) is not np.ndarray and type(x) not in SCALARS and not isinstance(x, Traced)
 
 
 def numpy_only(*values, function):
@@ -111,7 +112,7 @@ def as_array(x, function):
     """``x`` as a NumPy array (a NumPy or Python scalar too); a traced value as it is; a
     Dask array refused in ``function``'s rule (:func:`numpy_only`)."""
     numpy_only(x, function=function)
-    return x if type(x) is Box else np.asarray(x)
+    return x if isinstance(x, Traced) else np.asarray(x)
 
 
 def nan_safe_product(g, local):
@@ -172,7 +173,7 @@ def where_value(mask_of, a, b, x, y=0.0):
     mask again from its own values.  The comparison made on traced values instead
     would be a guard of ``dualbcast.jit``: a replay whose values fall on other sides of
     the switch would trace the program again."""
-    if type(a) is Box or type(b) is Box or type(x) is Box or type(y) is Box:
+    if any(isinstance(v, Traced) for v in (a, b, x, y)):
         return apply(where_value, _WHERE_VALUE_VJPS, (mask_of, a, b, x, y))
     return np.where(mask_of(x, y), a, b)[()]
 
@@ -191,7 +192,7 @@ def abs_value(x):
 
 
 def _zero_like(x):
-    return np.zeros(shape_of(x), x.dtype if type(x) is Box else np.result_type(x))[()]
+    return np.zeros(shape_of(x), x.dtype if isinstance(x, Traced) else np.result_type(x))[()]
 
 
 # (the cotangent of a formula: the cotangent where it was chosen, 0 elsewhere; of what
@@ -222,7 +223,7 @@ def dense_cotangent(sparse, primal):
     """A :class:`SparseCotangent` of ``primal`` as a dense array of its shape and dtype
     (recorded when its values are traced: a backward pass being differentiated)."""
     shape = shape_of(primal)
-    dtype = primal.dtype if type(primal) is Box else np.result_type(primal)
+    dtype = primal.dtype if isinstance(primal, Traced) else np.result_type(primal)
     return apply(scattered, _SCATTERED_VJPS,
                  (sparse.values, sparse.index, sparse.repeats, shape, dtype))
 
@@ -237,7 +238,7 @@ def gather(a, index):
 
 
 def scattered(values, index, repeats, shape, dtype):
-    if type(values) is Box:         # traced by an enclosing trace too: recorded there
+    if isinstance(values, Traced):  # traced by an enclosing trace (or vmap): its rule
         return apply(scattered, _SCATTERED_VJPS, (values, index, repeats, shape, dtype))
     buffer = np.zeros(shape, dtype)
     if repeats:

@@ -8,8 +8,9 @@ in the loop), so its backward only scales by the cotangent, in place when it may
 """
 import numpy as np
 
+from ..core.batching import Batched
 from ..core.box import Box, record, trace_inputs
-from ..core.tape import SCALARS, RuleRecord, raised
+from ..core.tape import SCALARS, RuleRecord, Traced, raised
 from ..kernel.products import nan_safe_dot
 from ..kernel.threads import multiply_in_place
 from ..kernel.tracing import hook
@@ -29,6 +30,8 @@ def traced_sum(kernel, args):
 def _traced(rule_type, kernel, args):
     tape, values, parents, active, _ = trace_inputs(args)
     mode = "map" if rule_type is _CallRule else "sum"
+    if values is None:              # a vmap's values are the innermost: its loop
+        return run_loop(kernel, mode, None, args)
     if tape.staging:                # dualbcast.jit records the program: the value only
         return run_loop(kernel, mode, None, args)
     if tape.tangents is not None and staging_only(values):
@@ -169,7 +172,7 @@ def _sum_vjp(gradient, single_use):
     lazy = is_lazy(gradient)
 
     def vjp(g, ans, *args):
-        if lazy or type(g) not in SCALARS and (is_lazy(g) or type(g) is Box):
+        if lazy or type(g) not in SCALARS and (is_lazy(g) or isinstance(g, Traced)):
             # Dask: lazy ("g == 0?" would compute g now); a traced cotangent (a gradient
             # differentiated with respect to what scales it): a product its trace
             # records, never written into the buffer
@@ -188,5 +191,6 @@ def _sum_vjp(gradient, single_use):
 
 _NO_KWARGS = {}
 hook.box_type = Box
+hook.batched_type = Batched
 hook.call = traced_call
 hook.sum = traced_sum

@@ -24,7 +24,9 @@ would need third derivatives of the kernel: refused with a clear error.
 """
 import numpy as np
 
-from ..core.box import Box, keep, record, trace_inputs
+from ..core.box import Box, inner_foreign, keep, record, trace_inputs
+from ..core.tape import Traced
+from .fast_batched import batched_loop
 from ..core.forward import forward_result
 from ..core.staging import staged_call, staging_only
 from .common import nan_safe, shape_of, unbroadcast
@@ -52,6 +54,9 @@ def nested_outputs(kernel, mode, values, active):
     traces) with respect to the ``active`` positions, each recorded on the enclosing
     traces: "map" gives partials at the broadcast shape, "sum" the gradients at each
     argument's own shape."""
+    if inner_foreign(values) is not None:
+        # The innermost enclosing trace is a vmap: its loops, over the batch.
+        return _first_order(kernel, mode, values, tuple(active))
     enclosing = _enclosing_forward_trace(values)
     if enclosing is not None:
         return _forward_outputs(kernel, mode, values, active, enclosing)
@@ -223,6 +228,12 @@ def run_loop(kernel, loop, spec, values, tangents=()):
     operands = (*values, *tangents)
     if plain(operands):
         return call(*operands)
+    foreign = inner_foreign(operands)
+    if foreign is not None:         # a vmap's values are the innermost
+        trace = foreign.trace
+        if any(trace.unbatched(value) is not value for value in values):
+            return batched_loop(run_loop, kernel, loop, spec, values, tangents, trace)
+        return _linear_in_tangents(kernel, loop, spec, values, tangents)
     if not staging_only(values):
         raise NotImplementedError(
             f"{kernel.__name__}: derivatives of third order or higher through a "
@@ -318,5 +329,5 @@ def _vjps(kernel, mode, active, which, nargs):
 
 
 def plain(values):
-    """Whether none of ``values`` is traced."""
-    return not any(type(value) is Box for value in values)
+    """Whether none of ``values`` is traced (by a tape or a vmap)."""
+    return not any(isinstance(value, Traced) for value in values)

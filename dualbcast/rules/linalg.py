@@ -9,6 +9,7 @@ import operator
 import numpy as np
 
 from ..core.box import Box, apply, constant, unbox
+from ..core.tape import Traced
 from ..core.registry import defjvp, defrule
 from .common import as_array, nan_safe, no_out, shape_of, unbroadcast
 
@@ -207,7 +208,7 @@ _ILL_CONDITIONED = 1e4
 
 
 def _well_conditioned(a, inverse):
-    if type(a) is Box or type(inverse) is Box:
+    if isinstance(a, Traced) or isinstance(inverse, Traced):
         return constant(_well_conditioned, (a, inverse))    # (on the values: a branch)
     condition = np.linalg.norm(a, 1, axis=(-2, -1)) * np.linalg.norm(inverse, 1, axis=(-2, -1))
     return bool(np.all(condition < _ILL_CONDITIONED))
@@ -247,7 +248,7 @@ def _lift(a):
     values (k: as many as lie below ``_LIFTED_BELOW`` s_max in any matrix of the stack,
     at least 1), so that B = a + P Q^T has those raised by s_max.  Any P, Q making B
     invertible give the exact adjugate: the choice only keeps B well conditioned."""
-    if type(a) is Box:
+    if isinstance(a, Traced):
         return constant(_lift, (a,))    # (its value may be traced by enclosing traces)
     u, s, vh = np.linalg.svd(a)
     n = s.shape[-1]
@@ -391,7 +392,7 @@ def _svd_norm_local(x, ord, axes):
 
 
 def _svd_norm_gradient(x, ord, axes):
-    if type(x) is Box:                  # traced by enclosing traces too: recorded there
+    if isinstance(x, Traced):           # traced by enclosing traces too: recorded there
         return _svd_norm_local(x, ord, axes)
     u, s, vh = np.linalg.svd(np.moveaxis(x, axes, (-2, -1)), full_matrices=False)
     local = (u * _singular_weights(s, ord)[..., None, :]) @ vh
@@ -425,7 +426,7 @@ def _svd_norm_hessian_times(x, e, ord, axes):
 
 
 def _svd_norm_hessian_product(x, e, ord, axes):
-    if type(x) is Box or type(e) is Box:    # traced by enclosing traces too
+    if isinstance(x, Traced) or isinstance(e, Traced):    # traced by enclosing traces
         return _svd_norm_hessian_times(x, e, ord, axes)
     moved = np.moveaxis(x, axes, (-2, -1))
     e = np.moveaxis(e, axes, (-2, -1))

@@ -8,6 +8,7 @@ others' jvps are sums of the tangent times the same local derivatives their vjps
 import numpy as np
 
 from ..core.box import Box, apply, constant
+from ..core.tape import Traced
 from ..core.registry import LINEAR, defjvp, defrule
 from .common import (as_array, broadcast_lazily, constant_dtype, is_lazy, nan_safe, no_out,
                      shape_of)
@@ -40,7 +41,7 @@ def _sum_vjp(g, ans, x, axis=None, keepdims=False, dtype=None):
     shape = shape_of(x)
     if is_lazy(x) or is_lazy(g):
         return broadcast_lazily(_restore(g, shape, axis, keepdims), x)
-    if axis is None and not keepdims and type(g) is not Box:
+    if axis is None and not keepdims and not isinstance(g, Traced):
         # The whole sum (the common case): g everywhere, without expand_dims and
         # broadcast_to (~4 µs on small arrays; the array is needed anyway).
         return np.full(shape, g)

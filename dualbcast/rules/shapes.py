@@ -9,6 +9,7 @@ import operator
 import numpy as np
 
 from ..core.box import Box, apply, constant, keep, unbox
+from ..core.tape import Traced
 from ..core.registry import deflinear, defrule
 from ..core.tape import SparseCotangent
 from ..foreign import is_dask_array
@@ -37,7 +38,7 @@ def _memory_order(a, order):
     # "A" and "K" mean "as laid out in memory": resolve them against the forward value
     # (the cotangent's own layout is unrelated), so the backward reshape undoes it.
     if order in ("A", "K"):
-        while type(a) is Box:       # traced by enclosing traces too: the array inside
+        while isinstance(a, Traced):    # traced by enclosing traces too: the array inside
             a = a.value
         flags = np.asarray(a).flags
         if flags.f_contiguous and not flags.c_contiguous:
@@ -124,7 +125,7 @@ def _astype(a, dtype, order="K", casting="unsafe", subok=True, copy=True):
 
 
 def _cast(value, dtype):
-    if type(value) is Box:          # traced by an enclosing trace: its own rule
+    if isinstance(value, Traced):   # traced by an enclosing trace (or vmap): its rule
         return value.astype(dtype)
     return np.asarray(value).astype(dtype)[()] if np.ndim(value) == 0 else value.astype(dtype)
 
