@@ -55,7 +55,7 @@ class BatchTrace:
     def ufunc(self, ufunc, method, inputs, kwargs):
         """``getattr(ufunc, method)(*inputs, **kwargs)`` with values of this trace (and
         maybe others) among ``inputs``."""
-        inner = _inner_tape_box(self, inputs, kwargs.values())
+        inner = _inner_value(self, inputs, kwargs.values())
         if inner is not None:
             return inner.__array_ufunc__(ufunc, method, *inputs, **kwargs)
         if "out" in kwargs:
@@ -75,8 +75,10 @@ class BatchTrace:
     def function(self, func, args, kwargs):
         """``func(*args, **kwargs)`` with values of this trace (and maybe others) among
         ``args`` (one list deep) and ``kwargs``."""
-        inner = _inner_tape_box(self, args, kwargs.values())
+        inner = _inner_value(self, args, kwargs.values())
         if inner is not None:
+            if type(inner) is Batched:
+                return inner.trace.function(func, args, kwargs)
             from .box import call_function
             return call_function(func, args, kwargs)
         if func in SHAPE_ONLY_FUNCTIONS:
@@ -139,21 +141,20 @@ def _of(trace, x):
     return type(x) is Batched and x.trace is trace
 
 
-def _inner_tape_box(trace, *groups):
-    """A box among ``groups`` of arguments (one list deep) whose tape is inner to
-    ``trace``: that tape processes the operation, this trace's values constants to it."""
+def _inner_value(trace, *groups):
+    """The value, among ``groups`` of arguments (one list deep), of the innermost trace
+    there when that is not ``trace`` (a tape's box, or another vmap's value): that trace
+    processes the operation, this trace's values constants to it."""
     from .box import Box
-    found = None
+    found, level = None, trace.level
     for args in groups:
         for arg in args:
             for item in (arg if type(arg) in (list, tuple) else (arg,)):
-                if type(item) is Box and item.tape.level > trace.level and (
-                        found is None or item.tape.level > found.tape.level):
-                    found = item
-                elif type(item) is Batched and item.trace is not trace \
-                        and item.trace.level > trace.level:
-                    raise RuntimeError("dualbcast internal error: an inner vmap's value "
-                                       "reached an outer one's rule; please report it")
+                if type(item) is Box:
+                    if item.tape.level > level:
+                        found, level = item, item.tape.level
+                elif type(item) is Batched and item.trace.level > level:
+                    found, level = item, item.trace.level
     return found
 
 
@@ -197,7 +198,7 @@ def _binary(ufunc):
 
 
 def _operator(ufunc, x, y):
-    trace = x.trace if type(x) is Batched else y.trace
+    trace = x.trace if type(x) is Batched else y.trace     # (the ufunc finds the innermost)
     return trace.ufunc(ufunc, "__call__", (x, y), {})
 
 

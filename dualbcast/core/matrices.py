@@ -69,9 +69,9 @@ def jacfwd(f: Callable, argnums: Argnums = 0) -> Callable:
     has more outputs than inputs.  Shapes as :func:`jacobian`'s.
 
     >>> import numpy as np, dualbcast as db
-    >>> db.jacfwd(lambda x: np.sin(x) * x[0])(np.array([0.0, 1.0]))
-    array([[0.        , 0.        ],
-           [0.84147098, 0.54030231]])
+    >>> db.jacfwd(lambda x: np.sin(x) * x[0])(np.array([1.0, 2.0]))
+    array([[ 1.38177329,  0.        ],
+           [ 0.90929743, -0.41614684]])
     """
     return jacobian(f, argnums, mode="forward")
 

@@ -653,7 +653,7 @@ def stacked(size, func, args, batched):
 
 
 defbatch(whole_batch, linalg_rules._well_conditioned)
-defbatch(stacked, linalg_rules._lift)
+defbatch(stacked, linalg_rules._lift, linalg_rules._det_local)
 
 
 def matrix_axes(size, func, args, batched, ord=None, axes=None):

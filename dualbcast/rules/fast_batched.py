@@ -27,7 +27,12 @@ def batched_loop(run_loop, kernel, loop, spec, values, tangents, trace):
     aligned = [_aligned(v, b, ndim) for v, b in zip(stacks, flags)]
     count = len(values)
     map_loop = _MAP_OF.get(loop, loop)
-    outputs = trace.wrap(run_loop(kernel, map_loop, spec, aligned[:count], aligned[count:]))
+    if map_loop == "map":
+        # (the kernel's own call: stacks traced by a tape get its fast rule)
+        outputs = trace.wrap(kernel(*aligned[:count]))
+    else:
+        outputs = trace.wrap(run_loop(kernel, map_loop, spec, aligned[:count],
+                                      aligned[count:]))
     if map_loop == loop:
         return outputs
     if loop == "sum":

@@ -8,7 +8,7 @@ import operator
 
 import numpy as np
 
-from ..core.box import Box, apply, constant, unbox
+from ..core.box import Box, apply, constant, inner_foreign, unbox
 from ..core.tape import Traced
 from ..core.registry import defjvp, defrule
 from .common import as_array, nan_safe, no_out, shape_of, unbroadcast
@@ -191,6 +191,9 @@ def _det_local(ans, a):
     # at a nearly singular one, where the derivatives of det(A) inv(A) cancel
     # catastrophically (a Hessian off by O(1) at a condition number of 1e16), the
     # adjugate of a lifted matrix, exact at any A (_adjugate_t).
+    batched = inner_foreign((ans, a))
+    if batched is not None:         # (a vmap's: chosen for the whole stack, below)
+        return batched.trace.function(_det_local, (ans, a), {})
     if np.all(ans != 0):
         try:
             inverse = np.linalg.inv(a)

@@ -1,0 +1,360 @@
+"""``vmap``: a function of one example over a batch, against the loop over the examples
+(the function's own unbatched results: an oracle the batching rules do not touch),
+autograd and JAX; every in_axes/out_axes form; composition with grad, jvp, hessian,
+jit and itself; kernels; and the errors."""
+import math
+import operator
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import dualbcast as db
+
+RNG = np.random.default_rng(7)
+
+
+@db.fast_broadcast
+def softplus(x, a):
+    return math.log1p(math.exp(a * x)) / a
+
+
+@db.fast_broadcast
+def lennard_jones(r2):
+    inv6 = 1.0 / (r2 * r2 * r2)
+    return 4.0 * (inv6 * inv6 - inv6)
+
+
+# Programs of one example x of shape (3, 4), written as users write them.
+PROGRAMS = {
+    "elementwise": lambda x: np.sin(x) * np.exp(-x) + x ** 2 / (1.0 + np.abs(x)),
+    "reductions": lambda x: np.sum(x, axis=1) * np.mean(x) + np.max(x, axis=0)[:3]
+    + np.prod(x[:, :2], axis=-1) + np.std(x, axis=1) + np.var(x),
+    "shapes": lambda x: np.concatenate([x.T.reshape(-1), np.ravel(x[::-1, 1:])])
+    + np.stack([x[0], x[2]], axis=1).sum(),
+    "matmul": lambda x: np.tanh(x @ np.linspace(0.1, 1.0, 8).reshape(4, 2)) @ x[:2, :2],
+    "vector_matmul": lambda x: x[0] @ x.T + x.T @ x[:, 1] @ x.T,
+    "indexing": lambda x: x[np.array([0, 2, 2])] * x[1, np.array([3, 0, 1, 1])][:, None][:3]
+    + x[x.shape[0] - 1, ...][None, :3].T,
+    "where_clip": lambda x: np.where(x > 0.5, x, np.cos(x)) + np.clip(x, 0.2, 0.7)
+    + np.maximum(x, 0.4),
+    "einsum_dot": lambda x: np.einsum("ij,kj->ik", x, x) + np.dot(x, x.T)
+    + np.tensordot(x, x, axes=([1], [1])) + np.outer(x[0], x[1])[:3, :3],
+    "cumulative": lambda x: np.cumsum(x, axis=1) + np.cumprod(x[::-1], axis=0)
+    + np.diff(x, axis=1, prepend=0.0) + np.sort(x, axis=1),
+    "pad_roll_tile": lambda x: np.pad(x, ((1, 0), (0, 2)))[1:, 2:] + np.roll(x, 2)
+    + np.tile(x[0], (3, 1)) + np.flip(x) + np.repeat(x[:, :2], 2, axis=1),
+    "kernel_map": lambda x: softplus(x, np.array([1.0, 2.0, 0.5, 1.5])) * x,
+    "kernel_sum": lambda x: softplus.sum(x, 2.0) + lennard_jones.sum(x * x + 1.0),
+    "linalg": lambda x: np.linalg.solve(x[:, :3] + 3.0 * np.eye(3), x[:, 3])
+    + np.linalg.det(x[:, 1:] + np.eye(3)) + np.linalg.norm(x, axis=1)
+    + np.linalg.inv(x[:, :3] + 2.0 * np.eye(3)).sum(0),
+}
+
+
+def _loop(f, xs):
+    return np.stack([f(x) for x in xs])
+
+
+def _examples(batch=5, shape=(3, 4)):
+    return RNG.uniform(0.1, 1.0, (batch,) + shape)
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_programs_equal_the_loop_over_examples(name):
+    f = PROGRAMS[name]
+    xs = _examples()
+    np.testing.assert_allclose(db.vmap(f)(xs), _loop(f, xs), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_per_example_gradients_equal_the_loop(name):
+    f = PROGRAMS[name]
+    loss = lambda x: np.sum(f(x) ** 2)          # noqa: E731
+    xs = _examples()
+    np.testing.assert_allclose(db.vmap(db.grad(loss))(xs), _loop(db.grad(loss), xs),
+                               rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_gradient_of_a_vmapped_function_against_autograd_loop(name):
+    f = PROGRAMS[name]
+    xs = _examples(3)
+    weights = RNG.uniform(-1, 1, np.shape(db.vmap(f)(xs)))
+    total = lambda xs: np.sum(db.vmap(f)(xs) * weights)          # noqa: E731
+    by_loop = db.grad(lambda xs: np.sum(np.stack([f(x) for x in xs]) * weights))(xs)
+    np.testing.assert_allclose(db.grad(total)(xs), by_loop, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["elementwise", "matmul", "kernel_sum", "indexing",
+                                  "reductions"])
+def test_per_example_hessian_vector_products(name):
+    f = PROGRAMS[name]
+    loss = lambda x: np.sum(f(x) ** 2)          # noqa: E731
+    xs, vs = _examples(), _examples()
+
+    def hvp(x, v):
+        return db.jvp(db.grad(loss), (x,), (v,))[1]
+    np.testing.assert_allclose(db.vmap(hvp)(xs, vs),
+                               np.stack([hvp(x, v) for x, v in zip(xs, vs)]),
+                               rtol=1e-9, atol=1e-11)
+
+
+# ------------------------------------------------------------------ against autograd
+
+def test_per_example_gradients_of_a_regression_against_autograd():
+    autograd = pytest.importorskip("autograd")
+    anp = pytest.importorskip("autograd.numpy")
+    X, y = RNG.normal(size=(16, 3)), RNG.normal(size=16)
+    w = RNG.normal(size=3)
+
+    def loss(w, x, y, xp=np):
+        return (xp.tanh(x @ w) - y) ** 2 + 0.1 * xp.sum(w * w)
+    ours = db.vmap(db.grad(loss), in_axes=(None, 0, 0))(w, X, y)
+    theirs = np.stack([autograd.grad(lambda w: loss(w, x, t, anp))(w) for x, t in zip(X, y)])
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-14)
+
+
+# ------------------------------------------------------------------ against JAX
+
+@pytest.fixture(scope="module")
+def jax():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    return jax
+
+
+def test_mlp_per_example_gradients_against_jax(jax):
+    jnp = jax.numpy
+
+    @db.fast_broadcast
+    def swish(x):
+        return x / (1.0 + math.exp(-x))
+
+    def mlp(params, x, y, act, xp):
+        w1, b1, w2 = params["w1"], params["b1"], params["w2"]
+        h = act(x @ w1 + b1)
+        return xp.sum((h @ w2 - y) ** 2)
+    params = {"w1": RNG.normal(size=(4, 8)), "b1": RNG.normal(size=8),
+              "w2": RNG.normal(size=(8, 2))}
+    X, Y = RNG.normal(size=(32, 4)), RNG.normal(size=(32, 2))
+    ours = db.vmap(db.grad(lambda p, x, y: mlp(p, x, y, swish, np)),
+                   in_axes=(None, 0, 0))(params, X, Y)
+    theirs = jax.vmap(jax.grad(lambda p, x, y: mlp(p, x, y, jax.nn.silu, jnp)),
+                      in_axes=(None, 0, 0))(params, X, Y)
+    assert set(ours) == set(theirs)
+    for key in ours:
+        np.testing.assert_allclose(ours[key], theirs[key], rtol=1e-10, atol=1e-12)
+
+
+def _random_program(draw_ops, xp):
+    def f(x):
+        y = x
+        for op in draw_ops:
+            y = op(y, xp)
+        return y
+    return f
+
+
+OPS = [
+    lambda y, xp: xp.sin(y) + y * y,
+    lambda y, xp: xp.exp(-y) * y[..., ::-1],
+    lambda y, xp: y / (1.0 + y * y),
+    lambda y, xp: xp.tanh(y) @ xp.ones((y.shape[-1], y.shape[-1]), y.dtype) / y.shape[-1],
+    lambda y, xp: y - xp.mean(y, axis=-1, keepdims=True),
+    lambda y, xp: xp.sqrt(y * y + 1.0) * xp.sum(y),
+    lambda y, xp: xp.where(y > 0.0, y, 0.5 * y),
+    lambda y, xp: xp.concatenate([y[..., 1:], y[..., :1] ** 3], axis=-1),
+]
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops=st.lists(st.sampled_from(range(len(OPS))), min_size=1, max_size=4),
+       n=st.integers(1, 4), float32=st.booleans())
+def test_random_programs_jacobians_and_hessians_against_jax(jax, ops, n, float32):
+    jnp = jax.numpy
+    dtype = np.float32 if float32 else np.float64
+    x = RNG.uniform(-1.0, 1.0, n).astype(dtype)
+    ours_f = _random_program([OPS[i] for i in ops], np)
+    theirs_f = _random_program([OPS[i] for i in ops], jnp)
+    tol = dict(rtol=2e-4, atol=2e-5) if float32 else dict(rtol=1e-9, atol=1e-11)
+    for ours, theirs in [(db.jacfwd, jax.jacfwd), (db.jacrev, jax.jacrev)]:
+        got = ours(ours_f)(x)
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, theirs(theirs_f)(jnp.asarray(x)), **tol)
+    scalar = lambda f, xp: (lambda x: xp.sum(f(x) ** 2))        # noqa: E731
+    got = db.hessian(scalar(ours_f, np))(x)
+    assert got.dtype == dtype and got.shape == (n, n)
+    np.testing.assert_allclose(got, jax.hessian(scalar(theirs_f, jnp))(jnp.asarray(x)), **tol)
+
+
+def test_kernel_hessian_against_jax(jax):
+    jnp = jax.numpy
+    positions = RNG.uniform(0, 3, (6, 3)) + np.arange(6)[:, None] * 1.2
+    i, j = np.triu_indices(6, 1)
+
+    def energy(flat, lj, xp):
+        x = flat.reshape(-1, 3)
+        d = x[i] - x[j]
+        return lj(xp.sum(d * d, axis=1))
+
+    def lj_jax(r2):
+        inv6 = 1.0 / (r2 * r2 * r2)
+        return jnp.sum(4.0 * (inv6 * inv6 - inv6))
+    ours = db.hessian(lambda x: energy(x, lennard_jones.sum, np))(positions.ravel())
+    theirs = jax.hessian(lambda x: energy(x, lj_jax, jnp))(jnp.asarray(positions.ravel()))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-9)
+
+
+def test_per_example_hessians_of_a_kernel_model_against_jax(jax):
+    jnp = jax.numpy
+    xs = RNG.uniform(0.2, 2.0, (4, 5))
+
+    def f(a, x, xp, kernel):
+        return kernel(x, a) if kernel else xp.sum(xp.log1p(xp.exp(a * x)) / a)
+    ours = db.vmap(db.hessian(lambda a, x: f(a, x, np, softplus.sum)), in_axes=(None, 0))(
+        1.5, xs)
+    theirs = jax.vmap(jax.hessian(lambda a, x: f(a, x, jnp, None)), in_axes=(None, 0))(
+        1.5, xs)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-10)
+
+
+# ------------------------------------------------------------------ in_axes / out_axes
+
+def test_in_axes_ints_negative_and_none():
+    a, b = RNG.normal(size=(3, 4, 5)), RNG.normal(size=5)
+    f = lambda x, w: np.sin(x) @ w          # noqa: E731
+    np.testing.assert_allclose(db.vmap(f, in_axes=(1, None))(a, b),
+                               _loop(lambda x: f(x, b), np.moveaxis(a, 1, 0)))
+    np.testing.assert_allclose(db.vmap(f, in_axes=(-1, None))(a, b[:4]),
+                               _loop(lambda x: f(x, b[:4]), np.moveaxis(a, -1, 0)))
+    np.testing.assert_allclose(db.vmap(f, in_axes=(0, 0))(a[:, 0], RNG.normal(size=(3, 5))
+                                                          * 0 + b), f(a[:, 0], b))
+
+
+def test_pytree_in_axes_and_outputs():
+    params = {"w": RNG.normal(size=(2, 3)), "b": RNG.normal(size=3)}
+    xs = RNG.normal(size=(4, 2))
+
+    def f(p, x):
+        return {"out": x @ p["w"] + p["b"], "pair": (x.sum(), p["b"])}
+    got = db.vmap(f, in_axes=({"w": None, "b": None}, 0))(params, xs)
+    assert set(got) == {"out", "pair"}
+    np.testing.assert_allclose(got["out"], xs @ params["w"] + params["b"])
+    np.testing.assert_allclose(got["pair"][0], xs.sum(1))
+    np.testing.assert_allclose(got["pair"][1], np.broadcast_to(params["b"], (4, 3)))
+    got = db.vmap(f, in_axes=(None, 0), out_axes={"out": 1, "pair": (0, None)})(params, xs)
+    np.testing.assert_allclose(got["out"], (xs @ params["w"] + params["b"]).T)
+    np.testing.assert_allclose(got["pair"][1], params["b"])
+    # a dict of per-example parameters mapped over axis 1 of one leaf
+    stacked = {"w": np.stack([params["w"]] * 4, axis=2), "b": np.stack([params["b"]] * 4)}
+    got = db.vmap(f, in_axes=({"w": 2, "b": 0}, 0))(stacked, xs)
+    np.testing.assert_allclose(got["out"], xs @ params["w"] + params["b"])
+
+
+def test_keyword_arguments_are_mapped_over_their_leading_axis():
+    xs, scale = RNG.normal(size=(3, 2)), RNG.normal(size=3)
+    got = db.vmap(lambda x, scale=1.0: x * scale)(xs, scale=scale)
+    np.testing.assert_allclose(got, xs * scale[:, None])
+
+
+def test_axis_size_when_nothing_is_mapped():
+    got = db.vmap(lambda x: x * 2.0, in_axes=None, axis_size=3)(np.ones(2))
+    np.testing.assert_array_equal(got, np.full((3, 2), 2.0))
+    assert got.flags.writeable
+    with pytest.raises(ValueError, match="axis_size"):
+        db.vmap(lambda x: x, in_axes=None)(np.ones(2))
+
+
+def test_empty_batch():
+    got = db.vmap(lambda x: np.sum(np.sin(x) * x, axis=-1))(np.ones((0, 3)))
+    assert got.shape == (0,)
+    grads = db.vmap(db.grad(lambda x: np.sum(x ** 2)))(np.ones((0, 3)))
+    assert grads.shape == (0, 3)
+    assert db.jacobian(lambda x: x * 2.0)(np.ones(0)).shape == (0, 0)
+
+
+def test_float32_stays_float32():
+    xs = RNG.normal(size=(4, 3)).astype(np.float32)
+    got = db.vmap(db.grad(lambda x: np.sum(np.tanh(x) * 2.0)))(xs)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, 2.0 / np.cosh(xs) ** 2, rtol=1e-5)
+
+
+def test_nested_vmap():
+    a, b = RNG.normal(size=(3, 4)), RNG.normal(size=(5, 4))
+    pairwise = db.vmap(db.vmap(lambda x, y: np.sum((x - y) ** 2), in_axes=(None, 0)),
+                       in_axes=(0, None))(a, b)
+    np.testing.assert_allclose(pairwise, ((a[:, None] - b[None]) ** 2).sum(-1))
+    # an outer batched value closed over by the inner function
+    got = db.vmap(lambda x: db.vmap(lambda y: np.sum(x * y))(b))(a)
+    np.testing.assert_allclose(got, a @ b.T)
+
+
+def test_vmap_under_jit_and_jit_under_vmap():
+    xs = RNG.normal(size=(6, 3))
+    f = lambda x: np.sum(np.sin(x) ** 2) * x        # noqa: E731
+    jitted = db.jit(db.vmap(f))
+    for _ in range(3):
+        np.testing.assert_allclose(jitted(xs), _loop(f, xs), rtol=1e-14)
+    np.testing.assert_allclose(db.vmap(db.jit(f))(xs), _loop(f, xs), rtol=1e-14)
+    grads = db.jit(db.vmap(db.grad(lambda x: np.sum(np.sin(x) ** 2))))
+    for _ in range(2):
+        np.testing.assert_allclose(grads(xs), 2 * np.sin(xs) * np.cos(xs), rtol=1e-14)
+
+
+def test_grad_with_respect_to_an_unmapped_argument_inside_vmap():
+    w, xs = RNG.normal(size=3), RNG.normal(size=(5, 3))
+
+    def total(w):
+        return np.sum(db.vmap(lambda x: np.tanh(x @ w) ** 2)(xs))
+    expected = db.grad(lambda w: np.sum(np.tanh(xs @ w) ** 2))(w)
+    np.testing.assert_allclose(db.grad(total)(w), expected, rtol=1e-12)
+
+
+# ------------------------------------------------------------------ errors
+
+def test_errors_name_the_problem():
+    xs = np.ones((3, 2))
+    with pytest.raises(TypeError, match="bool"):
+        db.vmap(lambda x: x if x[0] > 0 else -x)(xs)
+    with pytest.raises(NotImplementedError, match="numpy.unique"):
+        db.vmap(lambda x: np.unique(x))(xs)
+    with pytest.raises(ValueError, match="different sizes"):
+        db.vmap(lambda x, y: x + y)(xs, np.ones((4, 2)))
+    with pytest.raises(ValueError, match="scalar"):
+        db.vmap(lambda x, y: x + y)(xs, 1.0)
+    with pytest.raises(ValueError, match="out_axes is None"):
+        db.vmap(lambda x: x, out_axes=None)(xs)
+    with pytest.raises(ValueError, match="in_axes has 1 entries"):
+        db.vmap(lambda x, y: x, in_axes=(0,))(xs, xs)
+    with pytest.raises(TypeError, match="in_axes"):
+        db.vmap(lambda x: x, in_axes="0")
+    with pytest.raises(ValueError, match="axis 2"):
+        db.vmap(lambda x: x, in_axes=2)(xs)
+    with pytest.raises(TypeError, match="float"):
+        db.vmap(lambda x: float(x[0]))(xs)
+    leaked = []
+    db.vmap(lambda x: leaked.append(x) or x)(xs)
+    with pytest.raises(RuntimeError, match="after its vmap call returned"):
+        leaked[0] + 1.0
+
+
+@pytest.mark.parametrize("op", [operator.add, operator.mul, operator.truediv, operator.pow,
+                                operator.lt, operator.sub])
+def test_operators_between_a_box_and_a_batched_value_both_ways(op):
+    """grad(vmap): a box of the outer grad and a value of the inner vmap meet in both
+    operand orders; the vmap (innermost) processes them, the grad records."""
+    w, xs = 1.3, RNG.uniform(0.5, 1.5, (4, 3))
+
+    def total(w):
+        inner = db.vmap(lambda x: np.sum(np.where(op(w, x), 1.0, 0.0) * 0.0
+                                         + (op(w, x) if op is not operator.lt else x * w)
+                                         + (op(x, w) if op is not operator.lt else w)))
+        return np.sum(inner(xs))
+
+    def by_loop(w):
+        return np.sum(np.stack([np.sum((op(w, x) if op is not operator.lt else x * w)
+                                       + (op(x, w) if op is not operator.lt else w))
+                                for x in xs]))
+    np.testing.assert_allclose(db.grad(total)(w), db.grad(by_loop)(w), rtol=1e-12)
