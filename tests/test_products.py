@@ -184,3 +184,19 @@ def test_nan_safe_sum_is_two_nan_safe_products(pair, a, b):
     x, y = pair
     with np.errstate(all="ignore"):
         assert _bits(nan_safe_sum(a, x, b, y)) == _bits(nan_safe(a, x) + nan_safe(b, y))
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(3, 5), local=hnp.arrays(np.float64, 1500, elements=FLOATS),
+       special=hnp.arrays(np.float64, 6, elements=SPECIAL))
+def test_a_stack_times_one_partial_is_the_nan_safe_product_bit_for_bit(rows, local,
+                                                                        special):
+    # (vmap's batched products: a stack of cotangents times one local partial, in one
+    # compiled pass where the stack has CHUNK elements or more)
+    g = np.resize(np.concatenate([special, local[::-1]]), (rows, local.size))
+    for big, small in [(g, local), (local, g)]:
+        got = nan_safe_multiply(big, small)
+        assert got is not None and got.shape == g.shape
+        np.testing.assert_array_equal(got, reference(big, small))
+    assert nan_safe_multiply(g[:, ::2], local[::2]) is None            # not contiguous
+    assert nan_safe_multiply(g[:1, :100], local[:100]) is None         # small: NumPy's

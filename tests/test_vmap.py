@@ -358,3 +358,40 @@ def test_operators_between_a_box_and_a_batched_value_both_ways(op):
                                        + (op(x, w) if op is not operator.lt else w))
                                 for x in xs]))
     np.testing.assert_allclose(db.grad(total)(w), db.grad(by_loop)(w), rtol=1e-12)
+
+
+PRODUCTS = {
+    "matmul": lambda a, b: a @ b,
+    "dot": np.dot,
+    "einsum": lambda a, b: np.einsum("...ij,...jk->...ik", a, b) if a.ndim >= 2
+    and b.ndim >= 2 else np.einsum("i,i->", a, b) if a.ndim == b.ndim == 1 else a @ b,
+    "tensordot": lambda a, b: np.tensordot(a, b, axes=([a.ndim - 1], [max(b.ndim - 2, 0)])),
+}
+SHAPES = {(1, 1): ((4,), (4,)), (1, 2): ((4,), (4, 3)), (2, 1): ((5, 4), (4,)),
+          (2, 2): ((5, 4), (4, 3)), (3, 2): ((2, 5, 4), (4, 3)), (2, 3): ((5, 4), (2, 4, 3))}
+
+
+@pytest.mark.parametrize("name, ndims", [(name, ndims) for name in sorted(PRODUCTS)
+                                         for ndims in sorted(SHAPES)
+                                         if name != "dot" or max(ndims) <= 2])
+@pytest.mark.parametrize("mapped", [(0, None), (None, 0), (0, 0)])
+def test_products_of_batched_and_unbatched_operands(name, ndims, mapped):
+    # (np.dot of more than two dimensions has no gradient rule, batched or not)
+    f = PRODUCTS[name]
+    if name == "tensordot" and ndims[1] == 1:
+        f = lambda a, b: np.tensordot(a, b, axes=([a.ndim - 1], [0]))   # noqa: E731
+    shape_a, shape_b = SHAPES[ndims]
+    a = RNG.normal(size=((3,) if mapped[0] == 0 else ()) + shape_a)
+    b = RNG.normal(size=((3,) if mapped[1] == 0 else ()) + shape_b)
+    expected = np.stack([f(a[k] if mapped[0] == 0 else a, b[k] if mapped[1] == 0 else b)
+                         for k in range(3)])
+    np.testing.assert_allclose(db.vmap(f, in_axes=mapped)(a, b), expected, rtol=1e-12,
+                               atol=1e-12)
+    # and the gradients through them
+    loss = lambda a, b: np.sum(np.sin(f(a, b)))         # noqa: E731
+    got = db.vmap(db.grad(loss, argnums=(0, 1)), in_axes=mapped)(a, b)
+    for k in range(3):
+        ga, gb = db.grad(loss, argnums=(0, 1))(a[k] if mapped[0] == 0 else a,
+                                               b[k] if mapped[1] == 0 else b)
+        np.testing.assert_allclose(got[0][k], ga, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(got[1][k], gb, rtol=1e-10, atol=1e-12)

@@ -5,6 +5,6 @@ recorder hook)."""
 from .api import grad, jvp, stop_gradient, value_and_grad, vjp
 from .box import Box
 from .matrices import hessian, jacfwd, jacobian, jacrev
-from .vmap import vmap
+from .mapped import vmap
 
 __all__ = ["Box", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jvp", "stop_gradient", "value_and_grad", "vjp", "vmap"]

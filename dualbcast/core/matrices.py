@@ -20,7 +20,7 @@ from ..foreign import is_dask_array
 from .api import grad, jvp, vjp
 from .tape import Traced
 from .trace import ArgumentPositions, name_of
-from .vmap import vmap
+from .mapped import vmap
 
 Argnums = Union[int, Sequence[int]]
 

@@ -36,7 +36,7 @@ def nan_safe_multiply(g, local, out=None):
     be ``local``) or a new array; None unless all are C-contiguous float64 arrays of one
     shape."""
     if not _flat_float64(g, local):
-        return None
+        return _multiply_broadcast(g, local) if out is None else None
     if out is None:
         out = np.empty(g.shape)
     elif type(out) is not np.ndarray or out.shape != g.shape or out.dtype != _FLOAT64 \
@@ -45,6 +45,25 @@ def nan_safe_multiply(g, local, out=None):
     serial = _multiply_into_second if out is local else _multiply
     split_if_it_pays(_MULTIPLY, g.size, CHUNK, _multiply_parallel, serial,
                      _flat(g), _flat(local), _flat(out))
+    return out
+
+
+def _multiply_broadcast(g, local):
+    """:func:`nan_safe_multiply` of C-contiguous float64 arrays one of which is
+    broadcast along the other's leading axes (a stack of tangents or cotangents times
+    one local partial: ``vmap``'s batched products), into a new array; None for
+    anything else."""
+    if type(g) is not np.ndarray or type(local) is not np.ndarray \
+            or g.dtype != _FLOAT64 or local.dtype != _FLOAT64 \
+            or not (g.flags.c_contiguous and local.flags.c_contiguous):
+        return None
+    big, small = (g, local) if g.ndim >= local.ndim else (local, g)
+    if big.shape[big.ndim - small.ndim:] != small.shape or not small.size \
+            or big.size < CHUNK:
+        return None
+    width = small.size
+    out = np.empty(big.shape)
+    _multiply_rows(big.reshape(-1, width), small.reshape(-1), out.reshape(-1, width))
     return out
 
 
@@ -107,6 +126,12 @@ def nan_safe_product(g, local):
 def _multiply(g, local, out):
     for i in range(g.size):
         out[i] = nan_safe_product(g[i], local[i])
+
+
+@guarded_njit(error_model="numpy", cache=True, nogil=True)
+def _multiply_rows(rows, local, out):
+    for r in range(rows.shape[0]):
+        _multiply(rows[r], local, out[r])
 
 
 def _multiply_into_second(g, local, out):

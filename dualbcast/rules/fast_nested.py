@@ -261,19 +261,34 @@ def _linear_in_tangents(kernel, loop, spec, values, tangents):
         return run_loop(kernel, "sum", None, values), np.sum(tangent)
     wrt, positions = spec
     count = len(wrt)
-    along, second = [], []      # per tangent: the value's partial, the partials' partials
-    for j in positions:
-        outputs = run_loop(kernel, "partials_tangent", (wrt, (j,)), values, (1.0,))
-        value, partials = outputs[0], outputs[2:2 + count]
-        along.append(outputs[1])
-        second.append(outputs[2 + count:])
-    tangent = _combination(tangents, along)
-    partial_tangents = [_combination(tangents, [s[i] for s in second]) for i in range(count)]
+    summed = loop == "sum_partials_tangent"
+    value = partials = None
+    tangent, partial_tangents = None, [None] * count
+    for k, (j, t) in enumerate(zip(positions, tangents)):
+        # One loop for every tangent (each call one unit tangent, the others 0): a sum's
+        # loop where the argument is a scalar (its tangent factors out of the sum, so
+        # the loop's reduced coefficients serve), else the map's.
+        unit = tuple(1.0 if m == k else 0.0 for m in range(len(positions)))
+        reduced = summed and not shape_of(values[j])
+        outputs = run_loop(kernel, "sum_partials_tangent" if reduced else "partials_tangent",
+                           (wrt, positions), values, unit)
+        if not reduced:
+            value, partials = outputs[0], outputs[2:2 + count]
+        term = nan_safe(t, outputs[1])
+        tangent = _plus(tangent, term if reduced or not summed else np.sum(term))
+        for i, coefficient in enumerate(outputs[2 + count:]):
+            term = nan_safe(t, coefficient)
+            if summed and not reduced:
+                term = unbroadcast(term, shape_of(values[wrt[i]]))
+            partial_tangents[i] = _plus(partial_tangents[i], term)
     if loop == "partials_tangent":
         return (value, tangent, *partials, *partial_tangents)
     outputs = run_loop(kernel, "sum_partials", wrt, values)    # the sum loop's bits
-    return (outputs[0], np.sum(tangent), *outputs[1:],
-            *(unbroadcast(t, shape_of(values[i])) for i, t in zip(wrt, partial_tangents)))
+    return (outputs[0], tangent, *outputs[1:], *partial_tangents)
+
+
+def _plus(total, term):
+    return term if total is None else total + term
 
 
 def _combination(tangents, coefficients):
