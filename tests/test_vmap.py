@@ -395,3 +395,16 @@ def test_products_of_batched_and_unbatched_operands(name, ndims, mapped):
                                                b[k] if mapped[1] == 0 else b)
         np.testing.assert_allclose(got[0][k], ga, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(got[1][k], gb, rtol=1e-10, atol=1e-12)
+
+
+def test_jit_of_a_transform_of_a_gradient_is_that_transform():
+    # (functools.wraps copied the gradient's marker to the wrapper: db.jit then took
+    # vmap(grad(f)) and jacobian(grad(f)) for grad(f) and gave its gradient)
+    f = lambda x: np.sum(x ** 3)            # noqa: E731
+    xs = RNG.normal(size=(4, 2))
+    per_example = db.jit(db.vmap(db.grad(f)))
+    hessian = db.jit(db.jacobian(db.grad(f)))
+    for _ in range(3):
+        np.testing.assert_allclose(per_example(xs), 3 * xs ** 2, rtol=1e-14)
+        np.testing.assert_allclose(hessian(xs[0]), np.diag(6 * xs[0]), rtol=1e-14)
+    assert not hasattr(db.vmap(db.grad(f)), "__dualbcast_gradient__")

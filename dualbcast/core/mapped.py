@@ -46,7 +46,7 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, *,
     if axis_size is not None and (type(axis_size) is not int or axis_size < 0):
         raise TypeError(f"vmap: axis_size must be a non-negative int, not {axis_size!r}")
 
-    @functools.wraps(f)
+    @functools.wraps(f, updated=())   # (not f's attributes: db.jit reads what made a function)
     def vmapped(*args, **kwargs):
         if type(in_axes) is tuple and len(in_axes) != len(args):
             raise ValueError(f"vmap of {name_of(f)}: in_axes has {len(in_axes)} entries "

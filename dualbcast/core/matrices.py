@@ -47,7 +47,7 @@ def jacobian(f: Callable, argnums: Argnums = 0, *, mode: str = "auto") -> Callab
     positions_for = _positions(argnums, f)
     single = positions_for.single
 
-    @functools.wraps(f)
+    @functools.wraps(f, updated=())   # (not f's attributes: db.jit reads what made a function)
     def jacobian_f(*args):
         inputs, of_inputs = _restricted(f, args, positions_for, _checked_output)
         if mode == "forward":
@@ -107,7 +107,7 @@ def hessian(f: Callable, argnums: Argnums = 0) -> Callable:
     single = positions_for.single
     gradient = grad(f, argnums)
 
-    @functools.wraps(f)
+    @functools.wraps(f, updated=())   # (not f's attributes: db.jit reads what made a function)
     def hessian_f(*args):
         inputs, gradient_of_inputs = _restricted(
             lambda *full: gradient(*full) if single else _flat_concatenation(gradient(*full)),
