@@ -408,3 +408,52 @@ def test_jit_of_a_transform_of_a_gradient_is_that_transform():
         np.testing.assert_allclose(per_example(xs), 3 * xs ** 2, rtol=1e-14)
         np.testing.assert_allclose(hessian(xs[0]), np.diag(6 * xs[0]), rtol=1e-14)
     assert not hasattr(db.vmap(db.grad(f)), "__dualbcast_gradient__")
+
+
+# ------------------------------------------------------------------ structure kernels know
+
+@db.fast_broadcast
+def damped_wave(t, amplitude, decay, frequency, offset):
+    return amplitude * math.exp(-decay * t) * math.cos(frequency * t) + offset
+
+
+def test_jacfwd_of_a_kernel_model_is_its_partials_against_jax(jax):
+    jnp = jax.numpy
+    t = np.linspace(0.0, 5.0, 2000)
+    p = np.array([1.5, 0.3, 2.0, -0.2])
+    ours = db.jacfwd(lambda p: damped_wave(t, *p))(p)
+    stacked = np.stack(damped_wave.value_and_partials(t, *p, wrt=(1, 2, 3, 4))[1], axis=-1)
+    theirs = jax.jacfwd(lambda p: p[0] * jnp.exp(-p[1] * t) * jnp.cos(p[2] * t) + p[3])(
+        jnp.asarray(p))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(ours, stacked, rtol=1e-14, atol=1e-15)
+
+
+@db.fast_broadcast
+def root(x, a, b):
+    return a * math.sqrt(x) + b * x
+
+
+def test_jacfwd_keeps_the_nan_safe_convention_at_an_infinite_partial():
+    # d sqrt(x)/dx at 0 is +inf: the column of x there is inf, and the columns of a
+    # and b, whose tangents are 0 in x, are the finite partials (0 * inf is 0)
+    x = np.array([0.0, 1.0, 4.0])
+    jacobian = db.jacfwd(lambda v: root(v[0], v[1], v[2]))
+    for point in x:
+        got = jacobian(np.array([point, 2.0, 3.0]))
+        partials = root.value_and_partials(point, 2.0, 3.0, wrt=(0, 1, 2))[1]
+        np.testing.assert_array_equal(got, np.array(partials))
+    got = db.jacfwd(lambda p: root(x, p[0], p[1]))(np.array([2.0, 3.0]))
+    np.testing.assert_array_equal(got, np.stack([np.sqrt(x), x], axis=-1))
+
+
+@pytest.mark.parametrize("shape_c", [(), (5,), (3, 1)])
+def test_sum_hessian_diagonal_is_the_hessian(shape_c):
+    x = RNG.uniform(0.5, 2.0, 5)
+    c = RNG.uniform(0.5, 2.0, shape_c)
+    hessian = db.hessian(lambda x: root.sum(x, c, 0.5) + softplus.sum(x, 1.5))(x)
+    diagonal = root.sum_hessian_diagonal(x, c, 0.5) + softplus.sum_hessian_diagonal(x, 1.5)
+    np.testing.assert_allclose(np.diag(diagonal), hessian, rtol=1e-13, atol=1e-14)
+    assert root.sum_hessian_diagonal(x.astype(np.float32), 1.0, 0.5).dtype == np.float32
+    with pytest.raises(TypeError, match="wrt must be one"):
+        root.sum_hessian_diagonal(x, c, 0.5, wrt=(0, 1))

@@ -28,7 +28,8 @@ import numpy as np
 
 from .operators import OPERATOR_UFUNCS
 from .registry import BACKWARD_OPERATIONS, DIAGONAL, JVP_RULES, LINEAR
-from .tape import LinearRecord, SparseCotangent, backward
+from .tape import (LinearRecord, SparseCotangent, backward, ignore_float_errors,
+                   restore_float_errors)
 
 
 def start_forward(tape):
@@ -67,7 +68,11 @@ class TangentSweep:
         parent_tangents = [tangents.get(slot) for slot in record.parents]
         if not any(t is not None for t in parent_tangents):
             return
-        tangent = tangent_of(record, parent_tangents, self.values[record.out])
+        errors = ignore_float_errors()     # (rules divide by zero on purpose: d log at 0)
+        try:
+            tangent = tangent_of(record, parent_tangents, self.values[record.out])
+        finally:
+            restore_float_errors(errors)
         if tangent is not None:
             tangents[record.out] = tangent
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..core.box import SCALARS, Box, apply, call_function
 from ..foreign import is_dask_array
-from ..core.tape import Traced
+from ..core.tape import Traced, ignore_float_errors, restore_float_errors
 from ..core.registry import BACKWARD_OPERATIONS, ScalarForm, defjvp, deflinear, defrule
 from ..core.scatter import scatter_add
 from ..kernel.products import nan_safe_multiply, scaled_sum
@@ -61,7 +61,11 @@ def nan_safe(g, local, out=None):
     # factors, and would find the product there.)
     if out is not None and (np.may_share_memory(out, local) or np.may_share_memory(out, g)):
         out = None
-    product = np.multiply(g, local, out=out)
+    errors = ignore_float_errors()      # (0 * inf is fixed up below: no warning for it)
+    try:
+        product = np.multiply(g, local, out=out)
+    finally:
+        restore_float_errors(errors)
     if type(product) is np.ndarray:
         if not np.isnan(np.add.reduce(product, axis=None)):
             return product
