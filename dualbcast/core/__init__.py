@@ -7,4 +7,5 @@ from .box import Box
 from .matrices import hessian, jacfwd, jacobian, jacrev
 from .mapped import vmap
 
-__all__ = ["Box", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jvp", "stop_gradient", "value_and_grad", "vjp", "vmap"]
+__all__ = ["Box", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jvp", "stop_gradient",
+           "value_and_grad", "vjp", "vmap"]

@@ -343,4 +343,3 @@ class Batched(Traced):
     def conj(self):
         return self.trace.ufunc(np.conjugate, "__call__", (self,), {})
     conjugate = conj
-

@@ -161,4 +161,3 @@ def _unbatched(f, leaf, axis, trace):
     if type(value) is np.ndarray:
         value = value.copy()        # (an array of its own, as any output is)
     return _moved(value, 0, _normalised(axis, len(shape) + 1))
-

@@ -211,7 +211,7 @@ def _check_input(x, i):
     if is_dask_array(x):
         raise TypeError(_DASK.format(what=f"argument {i}"))
     if not isinstance(x, Traced) and not (isinstance(x, (float, np.floating)) or
-                                   isinstance(x, np.ndarray) and x.dtype.kind == "f"):
+                                          isinstance(x, np.ndarray) and x.dtype.kind == "f"):
         raise TypeError(f"jacobian/hessian: argument {i} must be a float scalar or a float "
                         f"array, not {type(x).__name__}"
                         f"{' of dtype ' + str(x.dtype) if hasattr(x, 'dtype') else ''}")
