@@ -2,12 +2,12 @@
 (issue 30), dualbcast on one thread:
 
 - per-example gradients of a small MLP with a custom activation (a kernel), batch 256:
-  ``db.vmap(db.grad(loss), in_axes=(None, 0, 0))`` against
+  ``db.vmap(db.grad(loss), in_axes=(None, 0, 0))``, eager and under ``db.jit``, against
   ``jax.jit(jax.vmap(jax.grad(loss), ...))``;
 - the 9 x 9 Hessian of a logistic regression's likelihood over 10^5 rows, written two
   ways: with a design matrix (``k.sum(b0 + X @ b, y)``) and with the nine coefficients
-  as arguments of one kernel (``k.sum(y, x1, ..., x8, b0, ..., b8)``), against
-  ``jax.jit(jax.hessian(...))``; and its first call in a fresh process with an empty
+  as arguments of one kernel (``k.sum(y, x1, ..., x8, b0, ..., b8)``), eager and under
+  ``db.jit``, against ``jax.jit(jax.hessian(...))``; and its first call in a fresh process with an empty
   compile cache, beside JAX's;
 - the N x 6 Jacobian of a kernel model's residuals over 10^5 points (what
   ``scipy.optimize.least_squares`` asks for), ``db.jacfwd`` against
@@ -24,7 +24,7 @@ import numpy as np
 import dualbcast as db
 
 from .bench_first_gradient import SCRIPTS, first_call_seconds
-from .gradients import _peer
+from .gradients import _peer, warmed_up
 from .machine_load import medians_in_turns
 
 
@@ -56,9 +56,11 @@ def per_example_gradients(system, batch):
     params = {"w1": rng.normal(size=(8, 32)) / 3, "b1": np.zeros(32),
               "w2": rng.normal(size=(32, 4)) / 6}
     X, Y = rng.normal(size=(batch, 8)), rng.normal(size=(batch, 4))
-    if system == "dualbcast":
+    if system in ("dualbcast", "dualbcast_jit"):
         grads = db.vmap(db.grad(lambda p, x, y: mlp_loss(p, x, y, swish, np)),
                         in_axes=(None, 0, 0))
+        if system == "dualbcast_jit":
+            grads = db.jit(grads)
         return lambda: grads(params, X, Y)
     jax = _peer("jax")
     jnp = jax.numpy
@@ -69,19 +71,19 @@ def per_example_gradients(system, batch):
 
 
 class PerExampleGradientsJax(_OneThread):
-    params = [256]
-    param_names = ["batch"]
+    params = [[256], ["dualbcast", "dualbcast_jit"]]
+    param_names = ["batch", "system"]
 
-    def setup(self, batch):
+    def setup(self, batch, system):
         self._one_thread()
         self.theirs = per_example_gradients("jax", batch)
-        self.ours = per_example_gradients("dualbcast", batch)
+        self.ours = warmed_up(per_example_gradients(system, batch), system)
         ours, theirs = self.ours(), self.theirs()
         for key in ours:
             np.testing.assert_allclose(ours[key], np.asarray(theirs[key]), rtol=1e-8,
                                        atol=1e-10)
 
-    def track_ratio(self, batch):
+    def track_ratio(self, batch, system):
         ours, theirs = medians_in_turns(self.ours, self.theirs)
         return ours / theirs
 
@@ -112,12 +114,14 @@ def regression_data(rows=10 ** 5):
 def regression_hessian(system, form, rows=10 ** 5):
     """A call computing the Hessian, with its data made once."""
     X, y, beta = regression_data(rows)
-    if system == "dualbcast":
+    if system in ("dualbcast", "dualbcast_jit"):
         if form == "design_matrix":
             hessian = db.hessian(lambda b: logistic.sum(b[0] + X @ b[1:], y))
         else:
             columns = tuple(np.ascontiguousarray(X.T))
             hessian = db.hessian(lambda b: logistic_nine.sum(y, *columns, *b))
+        if system == "dualbcast_jit":
+            hessian = db.jit(hessian)
         return lambda: hessian(beta)
     jax = _peer("jax")
     jnp = jax.numpy
@@ -132,16 +136,16 @@ def regression_hessian(system, form, rows=10 ** 5):
 
 
 class RegressionHessianJax(_OneThread):
-    params = [["design_matrix", "nine_arguments"]]
-    param_names = ["form"]
+    params = [["design_matrix", "nine_arguments"], ["dualbcast", "dualbcast_jit"]]
+    param_names = ["form", "system"]
 
-    def setup(self, form):
+    def setup(self, form, system):
         self._one_thread()
         self.theirs = regression_hessian("jax", form)
-        self.ours = regression_hessian("dualbcast", form)
+        self.ours = warmed_up(regression_hessian(system, form), system)
         np.testing.assert_allclose(self.ours(), np.asarray(self.theirs()), rtol=1e-9)
 
-    def track_ratio(self, form):
+    def track_ratio(self, form, system):
         ours, theirs = medians_in_turns(self.ours, self.theirs)
         return ours / theirs
 

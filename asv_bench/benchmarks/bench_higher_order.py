@@ -121,8 +121,10 @@ def cluster_energy(flat, i, j, xp=np, kernel=True):
 def lj_hessian(system, n_atoms):
     flat = jittered_lattice(n_atoms).ravel()
     i, j = np.triu_indices(n_atoms, 1)
-    if system == "dualbcast":
+    if system in ("dualbcast", "dualbcast_jit"):
         hessian = db.hessian(lambda x: cluster_energy(x, i, j))
+        if system == "dualbcast_jit":
+            hessian = db.jit(hessian)
         return lambda: hessian(flat)
     if system == "jax":
         jax = _peer("jax")
@@ -140,18 +142,19 @@ def lj_hessian(system, n_atoms):
 
 
 class _HessianOverPeer:
-    """The Hessian against one peer (setup skips when it is not installed)."""
-    params = [38]
-    param_names = ["n_atoms"]
+    """The Hessian against one peer (setup skips when it is not installed), eager and
+    under ``db.jit``."""
+    params = [[38], ["dualbcast", "dualbcast_jit"]]
+    param_names = ["n_atoms", "system"]
     peer = None
 
-    def setup(self, n_atoms):
+    def setup(self, n_atoms, system):
         self.theirs = warmed_up(lj_hessian(self.peer, n_atoms), self.peer)
-        self.ours = warmed_up(lj_hessian("dualbcast", n_atoms), "dualbcast")
+        self.ours = warmed_up(lj_hessian(system, n_atoms), system)
         np.testing.assert_allclose(self.ours(), np.asarray(self.theirs()), rtol=1e-8,
                                    atol=1e-8)
 
-    def track_ratio(self, n_atoms):
+    def track_ratio(self, n_atoms, system):
         ours, theirs = best_in_turns(self.ours, self.theirs, seconds=1.0)
         return ours / theirs
 
