@@ -27,7 +27,7 @@ try:
 except ImportError as err:          # pragma: no cover (the extra is installed in CI)
     raise ImportError('dualbcast.dask needs Dask: pip install "dualbcast[dask]"') from err
 
-from .core.trace import current_tape
+from .kernel.tracing import hook
 from .positions import argument_positions
 
 __all__ = ["BlockwiseCall"]
@@ -43,8 +43,7 @@ class BlockwiseCall:
 
     def __init__(self, kernel, mode, args, wrt):
         name = kernel.__name__
-        tape = current_tape()
-        if tape is not None and not tape.takes_lazy_arrays():
+        if not hook.takes_lazy_arrays():
             raise TypeError(f"{name}: called on Dask arrays inside jvp, a nested "
                             f"derivative or dualbcast.jit; over Dask arrays, grad, "
                             f"value_and_grad and vjp (first order) differentiate kernels "

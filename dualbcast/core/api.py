@@ -11,6 +11,7 @@ import numpy as np
 from ..foreign import is_dask_array
 from .box import Box, as_kind, kind_of
 from .pytree import describe, flatten, flatten_like, unflatten
+from .forward import ForwardTape
 from .tape import Traced, backward
 from .trace import (ArgumentPositions, gradients, name_of, start_tracing,
                     stop_tracing, trace_arguments, trace_value, value_and_gradient)
@@ -183,7 +184,7 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[A
         _not_dask_in_jvp(primal)
         _not_dask_in_jvp(tangent)
     checked = [_checked_tangent(primal, tangent) for primal, tangent in tangent_leaves]
-    tape = start_tracing(single_use=False, forward=True)
+    tape = start_tracing(single_use=False, kind=ForwardTape)
     try:
         traced_args, inputs = trace_arguments(tape, tuple(primals), range(len(primals)))
         boxes = [box for leaf_boxes, _ in inputs for box in leaf_boxes]
@@ -280,13 +281,4 @@ def stop_gradient(x: Any) -> Any:
 
 
 def _constant(leaf):
-    # Read-only: the tape still needs the value unchanged.
-    if type(leaf) is not Box:
-        return leaf
-    tape = leaf.tape
-    if tape.staging:
-        return leaf         # a trace that differentiates nothing: nothing to stop
-    if tape.recorder is not None and not tape.closed:
-        # A constant no record computes: a replay could not compute it again.
-        tape.recorder.opaque(tape, "stop_gradient was called")
-    return _read_only(leaf.value)
+    return leaf.tape.stop_gradient(leaf) if type(leaf) is Box else leaf

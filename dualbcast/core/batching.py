@@ -14,7 +14,7 @@ operation without a rule raises, naming it: a batched value is never converted t
 plain array or looped over in Python.
 
 Levels: a batch trace takes the next level on the thread's stack of traces, as a tape
-does (:func:`.trace.enter_trace`).  Where values of several traces meet, the innermost
+does (:func:`.stack.enter_trace`).  Where values of several traces meet, the innermost
 (the highest level) processes the operation and the others' values are constants to
 it, which it computes on, so that their own traces record.  A tape's box hands an
 operation with an inner batched value among its operands over to the batch trace
@@ -32,14 +32,12 @@ from .tape import Traced
 
 class BatchTrace:
     """One ``vmap`` call: ``size`` examples, at ``level`` on the thread's stack of
-    traces (``outer``: the trace below it).  What other code asks of the innermost
-    trace: it records no program (``recorder``, ``staging``), carries no tangents, and
-    takes no lazy arrays."""
+    traces (``outer``: the trace below it, see :mod:`.stack`).  What other code asks of
+    the innermost trace: it records no program (``recorder``) and takes no lazy
+    arrays."""
 
     __slots__ = ("size", "level", "outer", "closed")
     recorder = None
-    staging = False
-    tangents = None
     describe = "vmap"
 
     def __init__(self, size):

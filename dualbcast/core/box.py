@@ -113,13 +113,7 @@ def apply(func, vjps, args, kwargs=_NO_KWARGS, scalar_vjps=None):
         raise
     if not parents:
         if tape is not None:        # traced, but only through non-differentiable inputs
-            if tape.staging and others:
-                # A trace that records the program (dualbcast.jit): computed from an
-                # input (an index), so recorded, not checked.
-                saved = tuple(value if type(arg) is Box else keep(tape, value)
-                              for arg, value in zip(args, values))
-                return record(tape, ans, (), (), vjps, saved, kwargs, func, others)
-            escape(tape, func, args, kwargs, ans)
+            return tape.left_as_constant(func, args, values, kwargs, ans, vjps)
         return ans
     if scalar_vjps is not None and type(ans) in SCALARS:
         vjps = scalar_vjps
@@ -234,7 +228,7 @@ def _complex_result(tape, func):
 
 def constant(func, args, kwargs=_NO_KWARGS):
     """``func`` on the values of ``args`` (boxes may sit one list deep), a constant:
-    see :func:`_left_trace`."""
+    see :meth:`.tape.Tape.left_as_constant`."""
     foreign = inner_foreign(args, kwargs.values())
     if foreign is not None:
         return foreign.trace.function(func, args, kwargs)
@@ -246,20 +240,9 @@ def constant(func, args, kwargs=_NO_KWARGS):
         raise
     if tape is None or func in SHAPE_ONLY_FUNCTIONS:
         return result
-    return _left_trace(tape, func, args, values, kwargs, result)
-
-
-def _left_trace(tape, func, args, values, kwargs, result):
-    """``result = func(*values, **kwargs)`` computed from traced ``args`` leaves the
-    trace ``tape`` as a constant: noted as an escape -- but on a staging trace, an
-    elementwise one (a comparison, ``np.isnan``, ``np.floor``: :func:`elementwise_constant`)
-    is recorded, a mask the program computes, not a branch it took."""
-    if tape.staging and elementwise_constant(func, args, kwargs, result):
-        saved = tuple(value if type(arg) is Box else keep(tape, value)
-                      for arg, value in zip(args, values))
-        others = tuple((i, arg.slot) for i, arg in enumerate(args) if type(arg) is Box)
-        return record(tape, result, (), (), (None,) * len(args), saved, kwargs, func, others)
-    return escape(tape, func, args, kwargs, result)
+    # (a staging trace records an elementwise one -- a comparison, np.isnan, np.floor:
+    # a mask the program computes, not a branch it took)
+    return tape.left_as_constant(func, args, values, kwargs, result)
 
 
 def _innermost_unboxed(args, kwargs):
@@ -508,8 +491,8 @@ def _comparison(op):
         except Exception:
             raised(self.tape)
             raise
-        return _left_trace(self.tape, op, (self, other), (self.value, value), _NO_KWARGS,
-                           result)
+        return self.tape.left_as_constant(op, (self, other), (self.value, value),
+                                          _NO_KWARGS, result)
     return compare
 
 

@@ -28,20 +28,32 @@ import numpy as np
 
 from .operators import OPERATOR_UFUNCS
 from .registry import BACKWARD_OPERATIONS, DIAGONAL, JVP_RULES, LINEAR
-from .tape import (LinearRecord, SparseCotangent, backward, ignore_float_errors,
+from .box import Box
+from .stack import enter_trace, exit_trace
+from .tape import (LinearRecord, SparseCotangent, Tape, backward, ignore_float_errors,
                    restore_float_errors)
 
 
-def start_forward(tape):
-    """Make ``tape`` a forward-mode trace: tangents by slot, records swept."""
-    tape.tangents = {}
-    tape.records = TangentSweep(tape)
+class ForwardTape(Tape):
+    """A forward-mode trace (``jvp``): ``tangents``, the tangent of each slot that has
+    one, by slot, computed as each record is appended (its ``records`` compute, not
+    keep: a :class:`TangentSweep`)."""
+
+    __slots__ = ("tangents",)
+    describe = "jvp"
+
+    def __init__(self, single_use, recorder=None, level=1):
+        super().__init__(single_use, recorder, level)
+        self.tangents = {}
+        self.records = TangentSweep(self)
+
+    def takes_lazy_arrays(self):
+        return False
 
 
 def forward_result(tape, value, tangent):
     """``value``, computed by a rule that found its tangent itself (a kernel's tangent
     loop), as a box of the forward-mode ``tape``; ``tangent`` None: zero."""
-    from .box import Box
     slot = len(tape.values)
     tape.values.append(value)
     if tangent is not None:
@@ -157,20 +169,26 @@ def transposed(record, i, t):
     gradient with respect to ``g`` of ``<vjp(g), t>``, by a reverse pass over the vjp
     traced on a tape of its own (the vjp is linear in ``g``: where it is traced does
     not matter, so ``g`` is ones)."""
-    from .trace import start_tracing, stop_tracing, traced_leaf
     ans = record.ans
-    tape = start_tracing(single_use=False)
+    tape = Tape(single_use=False)
+    enter_trace(tape)
     try:
-        g = traced_leaf(tape, np.ones(np.shape(ans), _dtype(ans)) if np.ndim(ans)
-                        else _dtype(ans).type(1.0))
+        g = _leaf(tape, np.ones(np.shape(ans), _dtype(ans)) if np.ndim(ans)
+                  else _dtype(ans).type(1.0))
         ct = record.vjps[i](g, ans, *record.args, **record.kwargs)
         if type(ct) is SparseCotangent:
             ct = BACKWARD_OPERATIONS.dense(ct, record.args[i])
     finally:
-        stop_tracing(tape)
+        exit_trace(tape)
     if getattr(ct, "tape", None) is not tape:
         return None                 # the vjp did not depend on g: a zero tangent
     return backward(tape, [(ct.slot, t)])[g.slot]
+
+
+def _leaf(tape, value):
+    """``value`` boxed as the first leaf of the fresh ``tape``."""
+    tape.values.append(value)
+    return Box(value, 0, tape)
 
 
 def _dtype(x):

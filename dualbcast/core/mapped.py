@@ -8,7 +8,8 @@ import numpy as np
 
 from .batching import Batched, BatchTrace
 from .pytree import describe, flatten, unflatten
-from .trace import enter_trace, exit_trace, name_of
+from .stack import enter_trace, exit_trace
+from .trace import name_of
 
 
 def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, *,

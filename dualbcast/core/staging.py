@@ -14,8 +14,35 @@ their tangents) stages the computation as one record with :func:`staged_call`.
 """
 import operator
 
-from .box import Box, keep, record
-from .tape import Traced, raised
+from .box import Box, elementwise_constant, keep, record
+from .tape import Tape, Traced, escape, raised
+
+
+class StagingTape(Tape):
+    """The trace of ``dualbcast.jit``: it records the program, differentiating nothing.
+    Integer arrays may be its inputs (indices); a constant computed from its values
+    that a replay can compute again (an index, a mask) is recorded, not checked; and
+    ``stop_gradient`` has nothing to stop."""
+
+    __slots__ = ()
+    describe = "dualbcast.jit trace"
+    takes_index_inputs = True
+
+    def takes_lazy_arrays(self):
+        return False
+
+    def left_as_constant(self, func, args, values, kwargs, result, vjps=None):
+        if vjps is None and not elementwise_constant(func, args, kwargs, result):
+            return escape(self, func, args, kwargs, result)    # (a branch: checked)
+        saved = tuple(value if type(arg) is Box else keep(self, value)
+                      for arg, value in zip(args, values))
+        others = tuple((i, arg.slot) for i, arg in enumerate(args)
+                       if type(arg) is Box and arg.tape is self)
+        return record(self, result, (), (), vjps or (None,) * len(args), saved, kwargs,
+                      func, others)
+
+    def stop_gradient(self, box):
+        return box
 
 
 def staging_only(values):
@@ -23,7 +50,7 @@ def staging_only(values):
     trace: computing on them records the plain computation there."""
     for value in values:
         if type(value) is Box:
-            if not value.tape.staging:
+            if type(value.tape) is not StagingTape:
                 return False
         elif isinstance(value, Traced):     # (a vmap's)
             return False

@@ -205,24 +205,23 @@ class Traced:
 class Tape:
     """One trace: the values of its slots and the records that produced them.
 
-    ``level``: how deeply this trace is nested in others on its thread (1: the
-    outermost).  An operation on values of several traces is recorded on the one of
-    the highest level, the innermost: to it, the values of the others are constants
-    (which is what keeps nested derivatives apart: no perturbation confusion).
-    ``tangents``: None for a reverse-mode tape; for a forward-mode trace (``jvp``) the
-    tangent of each slot that has one, by slot, computed as each record is appended
-    (its ``records`` then compute, not keep: see :mod:`.forward`).  ``staging``: a trace
-    that only records the program, differentiating nothing (see :mod:`.staging`)."""
+    ``level``: how deeply this trace is nested in others on its thread (see
+    :mod:`.stack`).  This class is reverse mode (``grad``, ``vjp``): it keeps its
+    records for a backward pass.  A forward-mode trace (:class:`.forward.ForwardTape`)
+    and a trace that only records the program (:class:`.staging.StagingTape`) are
+    subclasses; each kind owns its decisions (the methods and class attributes below),
+    which the rules ask it rather than branch on what it is."""
 
     __slots__ = ("values", "records", "closed", "single_use", "gradient_buffers",
-                 "recorder", "level", "tangents", "outer", "staging")
+                 "recorder", "level", "outer")
+    describe = "grad, vjp, jacobian or hessian"     # (in messages: what this trace is)
+    takes_index_inputs = False      # whether an integer array may be a leaf (an input)
+    kernel_rule = None              # how a kernel call on its values is recorded (rules)
 
     def __init__(self, single_use, recorder=None, level=1):
         self.values = []        # primal value of each slot (shape and dtype of its gradient)
         self.records = []
         self.level = level
-        self.tangents = None
-        self.staging = False
         self.outer = None       # the tape this thread records on when this one closes
         self.closed = False     # set when the traced function returns
         # A single-use tape (grad, value_and_grad) runs backward once, so rules may
@@ -236,9 +235,29 @@ class Tape:
 
     def takes_lazy_arrays(self):
         """Whether Dask arrays may enter this trace: a first-order reverse trace run
-        eagerly (no tangents, not nested in another, not staged or recorded by jit)."""
-        return (self.tangents is None and self.level == 1 and not self.staging
-                and self.recorder is None)
+        eagerly (not nested in another, not recorded by jit)."""
+        return self.level == 1 and self.recorder is None
+
+    def left_as_constant(self, func, args, values, kwargs, result, vjps=None):
+        """``result = func(*values, **kwargs)``, computed from traced ``args`` (with
+        this trace's boxes unwrapped in ``values``), leaves this trace as a constant:
+        a computation from traced values no gradient flows through (an index; ``vjps``
+        its rule's), or (``vjps`` None) a constant such as a comparison.  Noted for
+        the recorder (:func:`escape`); returns what the program has in its place,
+        ``result``."""
+        return escape(self, func, args, kwargs, result)
+
+    def stop_gradient(self, box):
+        """``dualbcast.stop_gradient`` of one of this trace's boxes: its value,
+        read-only (the tape still needs it unchanged)."""
+        if self.recorder is not None and not self.closed:
+            # A constant no record computes: a replay could not compute it again.
+            self.recorder.opaque(self, "stop_gradient was called")
+        value = box.value
+        if isinstance(value, np.ndarray):
+            value = value.view()
+            value.flags.writeable = False
+        return value
 
 
 class SparseCotangent:

@@ -2,8 +2,6 @@
 its leaves, the output checked, and the gradients handed back in the arguments'
 structures.  :func:`value_and_gradient` is one whole call of a ``value_and_grad``
 function; the public drivers (:mod:`.api`) and ``dualbcast.jit`` are built on it."""
-import threading
-
 import numpy as np
 
 from ..buffers import refuse_overlapping_out
@@ -11,52 +9,22 @@ from ..foreign import is_dask_array
 from ..positions import argument_positions
 from .box import SCALARS, Box, as_kind, kind_of, snapshot
 from .pytree import LEAF, describe, flatten, flatten_like, unflatten
-from .forward import start_forward
+from .stack import current_trace, enter_trace, exit_trace, tracing_state  # noqa: F401
 from .tape import Tape, Traced, backward
 
-_current = threading.local()       # the tape being recorded on this thread, if any
+current_tape = current_trace      # (the name the jit layer knows)
 
 
-def current_tape():
-    """The tape this thread is recording on, or None."""
-    return getattr(_current, "tape", None)
-
-
-def tracing_state():
-    """The thread-local object whose ``tape`` attribute, when set, is the tape this
-    thread is recording on (for callers that look it up on every call)."""
-    return _current
-
-
-def start_tracing(single_use, recorder=None, forward=False, staging=False):
-    """A new tape for this thread, nested in those it is already recording on (its
-    level one above theirs); ``forward``: a forward-mode trace (see :mod:`.forward`);
-    ``staging``: a trace that records the program only (see :mod:`.staging`)."""
-    outer = getattr(_current, "tape", None)
-    tape = Tape(single_use, recorder, 1 if outer is None else outer.level + 1)
-    if forward:
-        start_forward(tape)
-    tape.staging = staging
-    tape.outer = outer
-    _current.tape = tape
+def start_tracing(single_use, recorder=None, kind=Tape):
+    """A new trace of ``kind`` (a :class:`.tape.Tape`, or a subclass: a forward-mode
+    :class:`.forward.ForwardTape`, a staging :class:`.staging.StagingTape`) for this
+    thread, nested in those it is already recording on."""
+    tape = kind(single_use, recorder)
+    enter_trace(tape)
     return tape
 
 
-def stop_tracing(tape):
-    tape.closed = True
-    _current.tape = tape.outer
-
-
-def enter_trace(trace):
-    """Put ``trace`` (a trace of another kind than a tape: a ``vmap``'s) on this
-    thread's stack, one level above the traces already there."""
-    outer = getattr(_current, "tape", None)
-    trace.level = 1 if outer is None else outer.level + 1
-    trace.outer = outer
-    _current.tape = trace
-
-
-exit_trace = stop_tracing
+stop_tracing = exit_trace
 
 
 def name_of(f):
@@ -104,8 +72,8 @@ def value_and_gradient(f, args, positions, out, single, forward, gradients_of=ba
     arguments are not needed); ``gradients_of(tape, seeds)`` is the backward pass;
     ``recorder``: the tape's (:class:`.tape.Recorder`); ``out``: see
     :func:`.api.value_and_grad`."""
-    if out is not None and getattr(_current, "tape", None) is not None:
-        raise TypeError(_out_under_transform(_current.tape))
+    if out is not None and current_trace() is not None:
+        raise TypeError(_out_under_transform(current_trace()))
     # (tracing spelled out: a contextlib manager costs ~2 µs a call, a tenth of a
     # small gradient)
     tape = start_tracing(True, recorder)
@@ -138,9 +106,7 @@ def _out_under_transform(outer):
     traced (the gradient too, whenever it depends on the trace's values), and a plain
     array cannot hold a traced value.  Refused whatever the gradient depends on, before
     ``f`` runs: whether ``out=`` works must not depend on the data flow."""
-    what = getattr(outer, "describe", None) or (
-        "jvp" if outer.tangents is not None else
-        "dualbcast.jit trace" if outer.staging else "grad, vjp, jacobian or hessian")
+    what = outer.describe
     return (f"value_and_grad: out= cannot be used inside another transform (here an "
             f"enclosing {what}): the gradient is traced there, and out= holds plain "
             f"arrays; call value_and_grad without out= inside it")
@@ -210,7 +176,7 @@ def _checked_leaf(leaf, position, tape):
         if leaf.dtype.kind != "f":
             raise TypeError(_NOT_DIFFERENTIABLE.format(position=position, dtype=leaf.dtype))
         return leaf
-    if tape.staging and type(leaf) is np.ndarray and leaf.dtype.kind in "iu":
+    if tape.takes_index_inputs and type(leaf) is np.ndarray and leaf.dtype.kind in "iu":
         return leaf                 # an index input of a staged program (never differentiated)
     if is_dask_array(leaf):
         return _checked_dask_leaf(leaf, position, tape)

@@ -16,6 +16,7 @@ import numpy as np
 from ..compile_log import logger
 from ..core.box import Box
 from ..core.pytree import flatten, unflatten
+from ..core.staging import StagingTape
 from ..core.tape import raise_float_errors, restore_float_errors
 from ..core.trace import start_tracing, stop_tracing, trace_arguments, tracing_state
 from ..rules.shapes import take_rows
@@ -110,7 +111,7 @@ class StagedPrograms(Signatures):
         # into an argument): its free variables and the argument arrays' contents.
         free = self.free_variables()
         kept = [np.array(a, copy=True) for a in arrays]
-        tape = start_tracing(single_use=False, recorder=recorder, staging=True)
+        tape = start_tracing(single_use=False, recorder=recorder, kind=StagingTape)
         try:
             traced_args = trace_arguments(tape, args, [i for i, x in enumerate(inputs) if x])[0]
             try:

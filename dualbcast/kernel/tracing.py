@@ -8,6 +8,7 @@ a kernel called with a box among its arguments hands the call to them."""
 class TracingHook:
     box_type = None         # dualbcast.core.Box once the rules are installed
     batched_type = None     # a vmap's values (dualbcast.core.batching.Batched)
+    takes_lazy_arrays = None    # () -> whether the innermost trace, if any, takes Dask arrays
     call = None             # call(kernel, args): k(*args) on traced values
     sum = None              # sum(kernel, args): k.sum(*args) on traced values
 

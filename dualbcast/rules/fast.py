@@ -10,12 +10,14 @@ import numpy as np
 
 from ..core.batching import Batched
 from ..core.box import Box, record, trace_inputs
-from ..core.tape import SCALARS, RuleRecord, Traced, raised
+from ..core.tape import SCALARS, RuleRecord, Tape, Traced, raised
 from ..kernel.products import nan_safe_dot
 from ..kernel.threads import multiply_in_place
 from ..kernel.tracing import hook
 from .common import is_lazy, nan_safe, shape_of, unbroadcast
-from ..core.staging import staging_only
+from ..core.forward import ForwardTape
+from ..core.stack import current_trace
+from ..core.staging import StagingTape, staging_only
 from .fast_nested import NestedKernelRule, forward_call, nested_outputs, plain, run_loop
 
 
@@ -32,11 +34,26 @@ def _traced(rule_type, kernel, args):
     mode = "map" if rule_type is _CallRule else "sum"
     if values is None:              # a vmap's values are the innermost: its loop
         return run_loop(kernel, mode, None, args)
-    if tape.staging:                # dualbcast.jit records the program: the value only
-        return run_loop(kernel, mode, None, args)
-    if tape.tangents is not None and staging_only(values):
-        # forward mode: the tangent loop (staged inside dualbcast.jit)
+    return tape.kernel_rule(rule_type, kernel, mode, args, values, parents, active)
+
+
+def _staged_kernel_call(tape, rule_type, kernel, mode, args, values, parents, active):
+    """A kernel call on a staging trace (dualbcast.jit records the program): the value
+    only, its loop one record."""
+    return run_loop(kernel, mode, None, args)
+
+
+def _forward_kernel_call(tape, rule_type, kernel, mode, args, values, parents, active):
+    """A kernel call on a forward-mode trace: the tangent loop (staged inside
+    dualbcast.jit); with values traced by an enclosing reverse trace, as a tape does."""
+    if staging_only(values):
         return forward_call(kernel, mode, tape, values, active, parents)
+    return _reverse_kernel_call(tape, rule_type, kernel, mode, args, values, parents, active)
+
+
+def _reverse_kernel_call(tape, rule_type, kernel, mode, args, values, parents, active):
+    """A kernel call on a reverse-mode tape: the value and the partials from one loop,
+    recorded with vjps that multiply them by the cotangent."""
     if not plain(values):           # traced by enclosing traces too: second order
         value, partials = nested_outputs(kernel, mode, values, active)
         rule = NestedKernelRule(kernel, mode, active, partials)
@@ -190,7 +207,11 @@ def _sum_vjp(gradient, single_use):
 
 
 _NO_KWARGS = {}
+Tape.kernel_rule = _reverse_kernel_call
+ForwardTape.kernel_rule = _forward_kernel_call
+StagingTape.kernel_rule = _staged_kernel_call
 hook.box_type = Box
+hook.takes_lazy_arrays = lambda: current_trace() is None or current_trace().takes_lazy_arrays()
 hook.batched_type = Batched
 hook.call = traced_call
 hook.sum = traced_sum

@@ -28,7 +28,7 @@ from ..core.batching import Batched
 from ..core.box import Box, inner_foreign, keep, record, trace_inputs
 from ..core.tape import Traced
 from .fast_batched import batched_loop
-from ..core.forward import forward_result
+from ..core.forward import ForwardTape, forward_result
 from ..core.staging import staged_call, staging_only
 from .common import nan_safe, shape_of, unbroadcast
 
@@ -86,7 +86,7 @@ def _enclosing_forward_trace(values):
     if not tapes:
         return None
     tape = max(tapes, key=lambda tape: tape.level)
-    return tape if tape.tangents is not None and not tape.closed else None
+    return tape if type(tape) is ForwardTape and not tape.closed else None
 
 
 def _forward_outputs(kernel, mode, values, active, tape):
