@@ -457,3 +457,76 @@ def test_sum_hessian_diagonal_is_the_hessian(shape_c):
     assert root.sum_hessian_diagonal(x.astype(np.float32), 1.0, 0.5).dtype == np.float32
     with pytest.raises(TypeError, match="wrt must be one"):
         root.sum_hessian_diagonal(x, c, 0.5, wrt=(0, 1))
+
+
+# ------------------------------------------------------------------ a review's findings
+
+def test_a_list_operand_is_a_constant_not_a_batch():
+    xs = np.arange(6.0).reshape(2, 3)
+    cases = [lambda x: x + [10.0, 20.0, 30.0], lambda x: np.where([True, False, True], x, -x),
+             lambda x: x @ [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], lambda x: x[[0, 2]],
+             lambda x: x[[1]], lambda x: np.concatenate([x, [1.0]]),
+             lambda x: np.multiply.outer(x, [1.0, 2.0]), lambda x: np.dot(x, [1.0, 2.0, 3.0])]
+    for f in cases:
+        np.testing.assert_array_equal(db.vmap(f)(xs), _loop(f, xs))
+    with pytest.raises(NotImplementedError, match="list or tuple holding batched"):
+        db.vmap(lambda x: np.add(x, [x[0], 1.0, 2.0]))(xs)
+
+
+def test_derivative_matrices_through_list_indices_and_take():
+    a = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(db.hessian(lambda a: np.sum(a[[0, 0, 2]] ** 3))(a),
+                                  np.diag([12.0, 0.0, 18.0]))
+    np.testing.assert_array_equal(db.jacfwd(lambda a: a[[0, 0, 2]] ** 2)(a),
+                                  [[2.0, 0, 0], [2.0, 0, 0], [0, 0, 6.0]])
+    np.testing.assert_array_equal(db.hessian(lambda a: np.sum(np.take(a, [1, 1, 2]) ** 3))(a),
+                                  np.diag([0.0, 24.0, 18.0]))
+    b = np.arange(1.0, 5.0)
+    np.testing.assert_array_equal(
+        db.hessian(lambda a: np.sum(a.reshape(2, 1, 2)[np.array([0, 1]), :,
+                                                         np.array([1, 1])] ** 3))(b),
+        np.diag([0.0, 12.0, 0.0, 24.0]))
+
+
+def test_argmax_keepdims_without_an_axis():
+    xs = RNG.normal(size=(3, 2, 2))
+    f = lambda x: np.argmax(x, keepdims=True)       # noqa: E731
+    np.testing.assert_array_equal(db.vmap(f)(xs), _loop(f, xs))
+
+
+def test_trace_and_diagonal_in_batched_derivatives(jax):
+    jnp = jax.numpy
+    a = np.array([1.0, 2.0, 3.0])
+    for ours, theirs in [(lambda a: np.trace(np.outer(a, a)) ** 2,
+                          lambda a: jnp.trace(jnp.outer(a, a)) ** 2),
+                         (lambda a: np.sum(np.diagonal(np.outer(a, a ** 2)) ** 2),
+                          lambda a: jnp.sum(jnp.diagonal(jnp.outer(a, a ** 2)) ** 2))]:
+        np.testing.assert_allclose(db.hessian(ours)(a), jax.hessian(theirs)(a), rtol=1e-13)
+        xs = RNG.normal(size=(4, 3))
+        np.testing.assert_allclose(db.vmap(db.grad(ours))(xs), _loop(db.grad(ours), xs),
+                                   rtol=1e-13)
+
+
+def test_det_second_order_under_an_outer_vmap(jax):
+    jnp = jax.numpy
+    m = RNG.normal(size=(3, 3, 3))
+    m[1] = [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]]        # singular
+    want = jax.vmap(jax.hessian(jnp.linalg.det))(jnp.asarray(m))
+    np.testing.assert_allclose(db.vmap(db.hessian(np.linalg.det))(m), want, atol=1e-13)
+    np.testing.assert_allclose(db.vmap(db.jacfwd(db.grad(np.linalg.det)))(m), want,
+                               atol=1e-13)
+
+
+def test_per_example_gradients_of_a_gather_by_each_examples_rows():
+    table = RNG.normal(size=(6, 3))
+    ids = np.array([[0, 2, 2], [5, 1, 0], [-1, 3, 3], [4, 4, 4]])
+
+    def f(table, i):
+        return np.sum(table[i] ** 2 * np.arange(1.0, 4.0)[:, None])
+    np.testing.assert_array_equal(db.vmap(db.grad(f), in_axes=(None, 0))(table, ids),
+                                  _loop(lambda i: db.grad(f)(table, i), ids))
+    tables = RNG.normal(size=(4, 6, 3))
+    np.testing.assert_array_equal(db.vmap(db.grad(f))(tables, ids),
+                                  np.stack([db.grad(f)(t, i) for t, i in zip(tables, ids)]))
+    with pytest.raises(TypeError, match="indexed by it"):
+        db.vmap(lambda i: table[i])(ids)        # a plain array: NumPy asks for an array

@@ -30,6 +30,11 @@ from .registry import BATCH_RULES, SHAPE_ONLY_FUNCTIONS
 from .tape import Traced
 
 
+# The functions that take a sequence of arrays as an argument (their rules get a flag
+# per item of it).
+SEQUENCE_FUNCTIONS = frozenset({np.concatenate, np.stack, np.hstack, np.vstack})
+
+
 class BatchTrace:
     """One ``vmap`` call: ``size`` examples, at ``level`` on the thread's stack of
     traces (``outer``: the trace below it, see :mod:`.stack`).  What other code asks of
@@ -96,12 +101,21 @@ class BatchTrace:
         values, batched = [], []
         for arg in args:
             if type(arg) in (list, tuple):
-                items = [self.unbatched(item) for item in arg]
-                values.append(type(arg)(items))
-                batched.append(tuple(_of(self, item) for item in arg))
-            else:
-                values.append(self.unbatched(arg))
-                batched.append(_of(self, arg))
+                flags = tuple(_of(self, item) for item in arg)
+                if func in SEQUENCE_FUNCTIONS or func is operator.getitem and \
+                        type(arg) is tuple:
+                    # a sequence of arrays (np.stack's), or an index's parts: a flag each
+                    values.append(type(arg)(self.unbatched(item) for item in arg))
+                    batched.append(flags)
+                    continue
+                if any(flags):
+                    raise NotImplementedError(
+                        f"dualbcast.vmap: {_name(func)} got a list or tuple holding "
+                        f"batched values; make it an array first (np.stack)")
+                # (any other list is an array constant: [1.0, 2.0] is not a sequence
+                # of examples)
+            values.append(self.unbatched(arg))
+            batched.append(_of(self, arg))
         for key, value in kwargs.items():
             if _of(self, value):
                 raise NotImplementedError(f"dualbcast.vmap: {_name(func)} got a batched "
@@ -259,7 +273,9 @@ class Batched(Traced):
         return self.trace.function(func, args, kwargs)
 
     __array__ = _refuse("Converting to a plain NumPy array (np.asarray, buf[...] = x, "
-                        "or a NumPy function without a batching rule)")
+                        "a NumPy function without a batching rule, or a plain array "
+                        "indexed by it, a[i], which NumPy cannot hand to vmap: use "
+                        "np.take_along_axis, or pass a as an argument)")
     __bool__ = _refuse("bool() (an if or while on the value, and/or/not)")
     __float__ = _refuse("float()")
     __int__ = _refuse("int()")

@@ -19,7 +19,7 @@ import numpy as np
 from ..core.batching import Unbatched
 from ..core.registry import defbatch
 from ..core.tape import Traced
-from . import linalg as linalg_rules
+from . import arrays as arrays_rules, linalg as linalg_rules
 from .common import gather, nan_safe_product, nan_safe_sum, scattered, where_value
 from ..core.box import _as_kind
 
@@ -148,7 +148,10 @@ def _flattening(keyword="axis", default=None):
         x, rest = args[0], list(args[1:])
         axis = rest.pop(0) if rest else kwargs.pop(keyword, default)
         if axis is None:
-            return func(_flat(x), *rest, **{keyword: 1}, **kwargs)
+            out = func(_flat(x), *rest, **{keyword: 1}, **kwargs)
+            if kwargs.get("keepdims"):      # (argmax: every axis of the example kept)
+                out = np.reshape(out, (_shape(x)[0],) + (1,) * _ndim(x, True))
+            return out
         return func(x, *rest, **{keyword: _axis(axis, _ndim(x, True))}, **kwargs)
     return rule
 
@@ -659,11 +662,10 @@ def scattered_rule(size, func, args, batched):
     """The dense cotangent of indexing (:func:`.common.scattered`): the values added
     into zeros at the index, for every example."""
     values, index, repeats, shape, dtype = args
-    if _any(batched[1:]):
-        raise NotImplementedError("dualbcast.vmap: a gradient of indexing with a batched "
-                                  "index")
     values = _lifted(size, values, batched[0])
     parts = index if type(index) is tuple else (index,)
+    if _any(batched[1:]):
+        return _scattered_per_example(size, values, parts, batched[1], shape, dtype)
     if _rows(parts, len(shape)) is not None:
         # Rows of each example: the batch axis moved behind the rows, so that the rows
         # of every example add up in one compiled scatter (in index order, as the
@@ -671,10 +673,32 @@ def scattered_rule(size, func, args, batched):
         total = scattered(np.moveaxis(values, 0, 1), index, repeats,
                           (shape[0], size) + tuple(shape[1:]), dtype)
         return np.moveaxis(total, 1, 0)
-    if _separated_arrays(parts):
-        raise NotImplementedError("dualbcast.vmap: a gradient of indexing with index "
-                                  "arrays separated by a slice")
+    advanced = _separated_arrays(parts)
+    if advanced:
+        # (the gather put the batch axis behind the index arrays' axes: back there)
+        shapes = [(int(np.count_nonzero(parts[i])),) if _is_mask(parts[i]) else
+                  np.shape(parts[i]) for i in advanced]
+        values = np.moveaxis(values, 0, len(np.broadcast_shapes(*shapes)))
     return scattered(values, (slice(None),) + parts, repeats, (size,) + tuple(shape), dtype)
+
+
+def _scattered_per_example(size, values, parts, flags, shape, dtype):
+    """The dense cotangent of ``x[i]``, ``i`` an integer array of each example's rows
+    (``x`` unbatched or batched): every example's rows offset into one flat buffer of
+    all examples' rows, added up by one compiled scatter."""
+    flags = flags if type(flags) is tuple else (flags,)
+    if _rows(parts, len(shape)) is None or any(flags[1:]):
+        raise NotImplementedError("dualbcast.vmap: a gradient of indexing with a batched "
+                                  "index has a batching rule for x[i] only (one integer "
+                                  "array i of rows)")
+    rows, n0 = parts[0], shape[0]
+    index_shape = _shape(rows)[1:]
+    offsets = np.reshape(np.arange(size) * n0, (size,) + (1,) * len(index_shape))
+    flat = np.reshape(np.where(rows < 0, rows + n0, rows) + offsets, -1)
+    rest = tuple(shape[1:])
+    total = scattered(np.reshape(values, (size * math.prod(index_shape),) + rest), flat,
+                      True, (size * n0,) + rest, dtype)
+    return np.reshape(total, (size,) + tuple(shape))
 
 
 defbatch(scattered_rule, scattered)
@@ -692,7 +716,16 @@ def stacked(size, func, args, batched):
     return func(*(_lifted(size, x, b) for x, b in zip(args, batched)))
 
 
+def embedded_diagonal(size, func, args, batched, shape, offset, axis1, axis2):
+    """The cotangent of ``np.diagonal`` (the diagonal written into zeros), for every
+    example: the axes past the batch axis."""
+    ndim = len(shape)
+    return func(_lifted(size, args[0], batched[0]), (size,) + tuple(shape), offset,
+                _axis(axis1, ndim), _axis(axis2, ndim))
+
+
 defbatch(whole_batch, linalg_rules._well_conditioned)
+defbatch(embedded_diagonal, arrays_rules._embedded_diagonal)
 defbatch(stacked, linalg_rules._lift, linalg_rules._det_local)
 
 

@@ -194,6 +194,12 @@ def _det_local(ans, a):
     batched = inner_foreign((ans, a))
     if batched is not None:         # (a vmap's: chosen for the whole stack, below)
         return batched.trace.function(_det_local, (ans, a), {})
+    if _holds_batched(ans) or _holds_batched(a):
+        # Values of a tape inside a vmap: no branch can be taken per example, and both
+        # formulas are exact, so the stack's values choose one for every example.
+        if _stack_invertible(ans, a):
+            return np.expand_dims(ans, (-1, -2)) * _mT(np.linalg.inv(a))
+        return _adjugate_t(a)
     if np.all(ans != 0):
         try:
             inverse = np.linalg.inv(a)
@@ -203,6 +209,29 @@ def _det_local(ans, a):
             if _well_conditioned(a, inverse):
                 return np.expand_dims(ans, (-1, -2)) * _mT(inverse)
     return _adjugate_t(a)
+
+
+def _holds_batched(x):
+    """Whether ``x``, through the boxes of tapes, holds a value batched by a vmap."""
+    while type(x) is Box:
+        x = x.value
+    return isinstance(x, Traced)
+
+
+def _stack_invertible(ans, a):
+    """Whether every matrix of the stacks inside ``ans`` and ``a`` (through boxes and
+    batches: their plain values) has a nonzero determinant and is well conditioned."""
+    while isinstance(ans, Traced):
+        ans = ans.value
+    while isinstance(a, Traced):
+        a = a.value
+    if not np.all(ans != 0):
+        return False
+    try:
+        inverse = np.linalg.inv(a)
+    except np.linalg.LinAlgError:
+        return False
+    return _well_conditioned(a, inverse)
 
 
 # The condition number (1-norm) above which det's derivatives come from _adjugate_t
