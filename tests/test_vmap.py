@@ -530,3 +530,11 @@ def test_per_example_gradients_of_a_gather_by_each_examples_rows():
                                   np.stack([db.grad(f)(t, i) for t, i in zip(tables, ids)]))
     with pytest.raises(TypeError, match="indexed by it"):
         db.vmap(lambda i: table[i])(ids)        # a plain array: NumPy asks for an array
+
+
+def test_in_axes_as_a_list_and_diff_with_an_array_prepended():
+    xs, w = RNG.normal(size=(3, 4)), RNG.normal(size=4)
+    np.testing.assert_array_equal(db.vmap(lambda x, w: x * w, in_axes=[0, None])(xs, w),
+                                  xs * w)
+    f = lambda x: np.diff(x, prepend=np.array([0.5]), append=2.0)      # noqa: E731
+    np.testing.assert_array_equal(db.vmap(f)(xs), _loop(f, xs))

@@ -42,6 +42,8 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, *,
     array([[2., 0.],
            [4., 4.]])
     """
+    if type(in_axes) is list:
+        in_axes = tuple(in_axes)        # (an entry per argument, as a tuple is)
     _check_spec(in_axes, "in_axes")
     _check_spec(out_axes, "out_axes")
     if axis_size is not None and (type(axis_size) is not int or axis_size < 0):

@@ -304,6 +304,9 @@ def diff(size, func, args, batched, n=1, axis=-1, **kwargs):
     x, ndim, rest = _first_and_rest(func, args, batched)
     n = rest.pop(0) if rest else n
     axis = rest.pop(0) if rest else axis
+    for key in ("prepend", "append"):       # (an array beside every example: lifted)
+        if key in kwargs and np.ndim(kwargs[key]) > 0:
+            kwargs[key] = _lifted(size, kwargs[key], False)
     return np.diff(x, n, _axis(axis, ndim), **kwargs)
 
 
