@@ -229,7 +229,7 @@ def _complex_result(tape, func):
 def constant(func, args, kwargs=_NO_KWARGS):
     """``func`` on the values of ``args`` (boxes may sit one list deep), a constant:
     see :meth:`.tape.Tape.left_as_constant`."""
-    foreign = inner_foreign(args, kwargs.values())
+    foreign = inner_foreign(args, kwargs)
     if foreign is not None:
         return foreign.trace.function(func, args, kwargs)
     tape, values, kw = _innermost_unboxed(args, kwargs)
@@ -287,15 +287,30 @@ def _discrete_only(*groups):
     return found
 
 
+_PLAIN = frozenset({np.ndarray, float, int, bool, np.float64, np.float32, np.int64,
+                    type(None), str})
+
+
 def _batched(x):
     """Whether ``x`` is a value of a trace that is not a tape (a ``vmap``'s)."""
     return type(x) is not Box and type(x) not in SCALARS and isinstance(x, Traced)
 
 
-def inner_foreign(*groups):
-    """The value, among ``groups`` of arguments (one list deep), of the innermost trace
-    there when that trace is not a tape (a ``vmap``'s, :mod:`.batching`), else None:
-    that trace processes the operation, the boxes of tapes constants to it."""
+def inner_foreign(args, kwargs=_NO_KWARGS):
+    """The value, among ``args`` and the values of ``kwargs`` (boxes and batched values
+    may sit one list deep), of the innermost trace there when that trace is not a tape
+    (a ``vmap``'s, :mod:`.batching`), else None: that trace processes the operation,
+    the boxes of tapes constants to it."""
+    for group in (args, kwargs.values()) if kwargs else (args,):
+        for arg in group:           # (the common case: no vmap's value, no sequence)
+            kind = type(arg)
+            if kind is not Box and kind not in _PLAIN and (
+                    kind in (list, tuple) or isinstance(arg, Traced)):
+                return _inner_foreign(args, kwargs)
+    return None
+
+
+def _inner_foreign(*groups):
     foreign, level = None, 0
     for args in groups:
         for arg in args:
@@ -366,7 +381,7 @@ def _ufunc_name(ufunc):
 
 
 def call_function(func, args, kwargs):
-    foreign = inner_foreign(args, kwargs.values())
+    foreign = inner_foreign(args, kwargs)
     if foreign is not None:
         return foreign.trace.function(func, args, kwargs)
     rule = FUNCTION_RULES.get(func)
@@ -409,7 +424,8 @@ def _shape_method(func):
 
 
 def _operator(ufunc, op, x, y):
-    if _batched(y if type(x) is Box else x):
+    other = y if type(x) is Box else x
+    if type(other) not in _PLAIN and _batched(other):
         foreign = inner_foreign((x, y))
         if foreign is not None:
             return foreign.trace.ufunc(ufunc, "__call__", (x, y), _NO_KWARGS)
@@ -599,7 +615,7 @@ class Box(Traced):
 
     # --------------------------------------------------------------- array protocol
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        foreign = inner_foreign(inputs, kwargs.values())
+        foreign = inner_foreign(inputs, kwargs)
         if foreign is not None:
             return foreign.trace.ufunc(ufunc, method, inputs, kwargs)
         if "out" in kwargs:

@@ -80,11 +80,14 @@ class TangentSweep:
         parent_tangents = [tangents.get(slot) for slot in record.parents]
         if not any(t is not None for t in parent_tangents):
             return
-        errors = ignore_float_errors()     # (rules divide by zero on purpose: d log at 0)
-        try:
+        if type(record) is LinearRecord:   # (scalars: Python's operators warn of nothing)
             tangent = tangent_of(record, parent_tangents, self.values[record.out])
-        finally:
-            restore_float_errors(errors)
+        else:
+            errors = ignore_float_errors()     # (rules divide by zero on purpose: d log 0)
+            try:
+                tangent = tangent_of(record, parent_tangents, self.values[record.out])
+            finally:
+                restore_float_errors(errors)
         if tangent is not None:
             tangents[record.out] = tangent
 

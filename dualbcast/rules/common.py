@@ -38,7 +38,9 @@ def nan_safe(g, local, out=None):
     infinite or nan): a value that does not influence the output contributes nothing,
     and neither does a path with a zero partial on it (design.md §4, as the kernels'
     dual numbers do)."""
-    if isinstance(g, Traced) or isinstance(local, Traced):
+    kind_g, kind_local = type(g), type(local)       # (inlined: the hot path of scalars)
+    if kind_g not in _UNTRACED and isinstance(g, Traced) or \
+            kind_local not in _UNTRACED and isinstance(local, Traced):
         return apply(nan_safe_product, _NAN_SAFE_VJPS, (g, local))
     if out is None and type(g) in SCALARS and type(local) in SCALARS:
         # Scalars (the hot path of scalar code): Python's operator, ~10x cheaper than
@@ -84,6 +86,11 @@ def nan_safe(g, local, out=None):
 
 
 _FINITE_CHECKABLE = frozenset({float, int, np.float64, np.float32})
+_UNTRACED = frozenset({float, int, np.float64, np.float32, np.ndarray})
+
+
+def _traced(x):
+    return type(x) not in _UNTRACED and isinstance(x, Traced)
 
 
 def broadcast_lazily(value, like):
@@ -177,7 +184,7 @@ def where_value(mask_of, a, b, x, y=0.0):
     mask again from its own values.  The comparison made on traced values instead
     would be a guard of ``dualbcast.jit``: a replay whose values fall on other sides of
     the switch would trace the program again."""
-    if any(isinstance(v, Traced) for v in (a, b, x, y)):
+    if _traced(a) or _traced(b) or _traced(x) or _traced(y):
         return apply(where_value, _WHERE_VALUE_VJPS, (mask_of, a, b, x, y))
     return np.where(mask_of(x, y), a, b)[()]
 
