@@ -464,6 +464,8 @@ def test_sum_hessian_diagonal_is_the_hessian(shape_c):
 def test_a_list_operand_is_a_constant_not_a_batch():
     xs = np.arange(6.0).reshape(2, 3)
     cases = [lambda x: x + [10.0, 20.0, 30.0], lambda x: np.where([True, False, True], x, -x),
+             lambda x: x + [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]],     # (its rank counts)
+             lambda x: np.maximum(x, ([0.5, 1.0, 9.0],)),
              lambda x: x @ [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], lambda x: x[[0, 2]],
              lambda x: x[[1]], lambda x: np.concatenate([x, [1.0]]),
              lambda x: np.multiply.outer(x, [1.0, 2.0]), lambda x: np.dot(x, [1.0, 2.0, 3.0])]

@@ -97,11 +97,14 @@ def _name(func):
 
 # ---------------------------------------------------------------------- elementwise
 
+_ARRAY_LIKE = (float, int, bool, list, tuple)     # (a list is an array constant)
+
+
 def elementwise(size, func, args, batched, **kwargs):
     """A function applied elementwise with broadcasting (ufuncs, ``np.where``,
     ``np.clip``, the rules' own elementwise helpers)."""
     ndim = max((_ndim(v, b) for v, b in zip(args, batched)
-                if b or hasattr(v, "shape") or type(v) in (float, int, bool)), default=0)
+                if b or hasattr(v, "shape") or type(v) in _ARRAY_LIKE), default=0)
     return func(*(_aligned(v, b, ndim) for v, b in zip(args, batched)), **kwargs)
 
 
