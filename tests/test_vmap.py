@@ -534,6 +534,12 @@ def test_per_example_gradients_of_a_gather_by_each_examples_rows():
         db.vmap(lambda i: table[i])(ids)        # a plain array: NumPy asks for an array
 
 
+def test_astype_inside_a_vmap_inside_grad():
+    xs = RNG.normal(size=(3, 4))
+    total = lambda xs: np.sum(db.vmap(lambda x: np.sin(x).astype(np.float32) * 2.0)(xs))  # noqa
+    np.testing.assert_allclose(db.grad(total)(xs), 2.0 * np.cos(xs), rtol=1e-6)
+
+
 def test_in_axes_as_a_list_and_diff_with_an_array_prepended():
     xs, w = RNG.normal(size=(3, 4)), RNG.normal(size=4)
     np.testing.assert_array_equal(db.vmap(lambda x, w: x * w, in_axes=[0, None])(xs, w),

@@ -109,7 +109,14 @@ def elementwise(size, func, args, batched, **kwargs):
 
 
 defbatch(elementwise, np.ufunc, nan_safe_product, nan_safe_sum, where_value, np.isclose,
-         np.round, np.around, np.ndarray.astype)
+         np.round, np.around)
+
+
+def astype(size, func, args, batched, **kwargs):
+    return args[0].astype(*args[1:], **kwargs)      # (the stack may be a tape's box)
+
+
+defbatch(astype, np.ndarray.astype)
 
 
 def same_stack(size, func, args, batched, **kwargs):
