@@ -546,3 +546,76 @@ def test_in_axes_as_a_list_and_diff_with_an_array_prepended():
                                   xs * w)
     f = lambda x: np.diff(x, prepend=np.array([0.5]), append=2.0)      # noqa: E731
     np.testing.assert_array_equal(db.vmap(f)(xs), _loop(f, xs))
+
+
+# ------------------------------------------------------------------ random programs
+
+BINARY = [np.add, np.multiply, np.subtract, np.maximum, np.arctan2,
+          lambda a, b: a * np.sin(b), lambda a, b: np.where(a > b, a, b * 0.5)]
+UNARY = [np.tanh, np.exp, lambda y: y ** 2, lambda y: np.sqrt(y * y + 0.5),
+         lambda y: np.sum(y, axis=-1 if np.ndim(y) else None, keepdims=True) * y,
+         lambda y: y - np.mean(y), lambda y: np.cumsum(y, axis=-1) if np.ndim(y) else y,
+         lambda y: y[..., ::-1] if np.ndim(y) else -y,
+         lambda y: softplus(y, 1.5), lambda y: np.flip(y, axis=0) if np.ndim(y) else y]
+
+
+@st.composite
+def batched_programs(draw):
+    """A random program of two arguments, their examples' shapes, and where each is
+    mapped (an axis, or None: the same for every example)."""
+    example = draw(st.sampled_from([(), (3,), (2, 3)]))
+    other = draw(st.sampled_from([example, example[1:], ()]))
+    axes = draw(st.tuples(st.sampled_from([0, -1, None]), st.sampled_from([0, 1, None])))
+    if axes == (None, None):
+        axes = (0, None)
+    steps = draw(st.lists(st.tuples(st.integers(0, len(UNARY) - 1),
+                                    st.integers(0, len(BINARY) - 1)), min_size=1, max_size=4))
+    return example, other, axes, steps
+
+
+def _program(steps):
+    def f(x, y):
+        z = x
+        for unary, binary in steps:
+            z = BINARY[binary](UNARY[unary](z), y)
+        return z
+    return f
+
+
+def _mapped(value_shape, axis, batch, rng):
+    """An argument with ``batch`` examples of ``value_shape`` along ``axis``."""
+    if axis is None:
+        return rng.uniform(0.2, 1.5, value_shape)
+    stacked = rng.uniform(0.2, 1.5, (batch,) + value_shape)
+    return np.moveaxis(stacked, 0, axis if axis >= 0 else len(value_shape) + 1 + axis)
+
+
+def _examples_of(arg, axis, k):
+    return arg if axis is None else np.take(arg, k, axis=axis)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batched_programs(), st.integers(0, 3))
+def test_random_programs_and_their_gradients_equal_the_loop(program, batch):
+    example, other, axes, steps = program
+    if any(axis is not None and axis != 0 and not shape
+           for axis, shape in zip(axes, (example, other))):
+        axes = tuple(0 if axis is not None else None for axis in axes)   # (a 0-d example)
+    rng = np.random.default_rng(len(steps) + batch)
+    x, y = _mapped(example, axes[0], batch, rng), _mapped(other, axes[1], batch, rng)
+    f = _program(steps)
+    per_example = [(_examples_of(x, axes[0], k), _examples_of(y, axes[1], k))
+                   for k in range(batch)]
+    want = np.stack([np.broadcast_to(f(a, b), np.broadcast_shapes(example, other))
+                     for a, b in per_example]) if batch else None
+    got = db.vmap(f, in_axes=axes)(x, y)
+    if batch:
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    else:
+        assert got.shape[0] == 0
+    loss = lambda x, y: np.sum(f(x, y) ** 2)        # noqa: E731
+    grads = db.vmap(db.grad(loss, argnums=(0, 1)), in_axes=axes)(x, y)
+    for k, (a, b) in enumerate(per_example):
+        ga, gb = db.grad(loss, argnums=(0, 1))(a, b)
+        np.testing.assert_allclose(grads[0][k], ga, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(grads[1][k], gb, rtol=1e-10, atol=1e-12)
