@@ -288,7 +288,7 @@ def _discrete_only(*groups):
 
 
 _PLAIN = frozenset({np.ndarray, float, int, bool, np.float64, np.float32, np.int64,
-                    type(None), str})
+                    type(None), str, slice, type(Ellipsis)})
 
 
 def _batched(x):
@@ -302,11 +302,17 @@ def inner_foreign(args, kwargs=_NO_KWARGS):
     (a ``vmap``'s, :mod:`.batching`), else None: that trace processes the operation,
     the boxes of tapes constants to it."""
     for group in (args, kwargs.values()) if kwargs else (args,):
-        for arg in group:           # (the common case: no vmap's value, no sequence)
+        for arg in group:           # (the common case first: no vmap's value anywhere)
             kind = type(arg)
-            if kind is not Box and kind not in _PLAIN and (
-                    kind in (list, tuple) or isinstance(arg, Traced)):
-                return _inner_foreign(args, kwargs)
+            if kind is Box or kind in _PLAIN:
+                continue
+            if kind is list or kind is tuple:
+                for item in arg:
+                    if type(item) is not Box and type(item) not in _PLAIN \
+                            and isinstance(item, Traced):
+                        return _inner_foreign(args, kwargs.values())
+            elif isinstance(arg, Traced):
+                return _inner_foreign(args, kwargs.values())
     return None
 
 
@@ -381,9 +387,12 @@ def _ufunc_name(ufunc):
 
 
 def call_function(func, args, kwargs):
-    foreign = inner_foreign(args, kwargs)
-    if foreign is not None:
-        return foreign.trace.function(func, args, kwargs)
+    for arg in args:                # (inner_foreign's first loop, inlined: the hot path)
+        if type(arg) is not Box and type(arg) not in _PLAIN or kwargs:
+            foreign = inner_foreign(args, kwargs)
+            if foreign is not None:
+                return foreign.trace.function(func, args, kwargs)
+            break
     rule = FUNCTION_RULES.get(func)
     if rule is not None:
         return rule(*args, **kwargs)
@@ -615,9 +624,12 @@ class Box(Traced):
 
     # --------------------------------------------------------------- array protocol
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        foreign = inner_foreign(inputs, kwargs)
-        if foreign is not None:
-            return foreign.trace.ufunc(ufunc, method, inputs, kwargs)
+        for arg in inputs:          # (inner_foreign's first loop, inlined: the hot path)
+            if type(arg) is not Box and type(arg) not in _PLAIN or kwargs:
+                foreign = inner_foreign(inputs, kwargs)
+                if foreign is not None:
+                    return foreign.trace.ufunc(ufunc, method, inputs, kwargs)
+                break
         if "out" in kwargs:
             raise TypeError(f"numpy.{ufunc.__name__}(..., out=...) with traced values: an "
                             f"in-place write would detach or corrupt the gradient; use the "

@@ -132,11 +132,15 @@ def _cast(value, dtype):
 
 # ------------------------------------------------------------------ indexing
 
+_INDEX_PARTS = frozenset({int, slice, type(None), type(Ellipsis), np.ndarray, list})
+
+
 @_register(operator.getitem)
 def _getitem(a, index):
     parts = index if type(index) is tuple else (index,)
-    if any(isinstance(p, Traced) for p in parts):
-        return _traced_index(a, index, parts)
+    for part in parts:
+        if type(part) is Box or type(part) not in _INDEX_PARTS and isinstance(part, Traced):
+            return _traced_index(a, index, parts)
     if is_dask_array(unbox(a)) and not _is_basic(parts):
         raise NotImplementedError("dualbcast: indexing a traced Dask array with index arrays "
                                   "or None has no lazy gradient rule (integers, slices and "
