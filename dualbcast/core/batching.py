@@ -26,6 +26,7 @@ import operator
 
 import numpy as np
 
+from .methods import install_array_methods
 from .registry import BATCH_RULES, SHAPE_ONLY_FUNCTIONS
 from .tape import Traced
 
@@ -154,20 +155,11 @@ def _of(trace, x):
 
 
 def _inner_value(trace, *groups):
-    """The value, among ``groups`` of arguments (one list deep), of the innermost trace
-    there when that is not ``trace`` (a tape's box, or another vmap's value): that trace
-    processes the operation, this trace's values constants to it."""
-    from .box import Box
-    found, level = None, trace.level
-    for args in groups:
-        for arg in args:
-            for item in (arg if type(arg) in (list, tuple) else (arg,)):
-                if type(item) is Box:
-                    if item.tape.level > level:
-                        found, level = item, item.tape.level
-                elif type(item) is Batched and item.trace.level > level:
-                    found, level = item, item.trace.level
-    return found
+    """The value, among ``groups`` of arguments, of the innermost trace there when that
+    is not ``trace`` (a tape's box, or another vmap's value): that trace processes the
+    operation, this trace's values constants to it."""
+    from .box import innermost
+    return innermost(groups, trace.level)
 
 
 def _stand_ins(trace, args):
@@ -212,25 +204,6 @@ def _binary(ufunc):
 def _operator(ufunc, x, y):
     trace = x.trace if type(x) is Batched else y.trace     # (the ufunc finds the innermost)
     return trace.ufunc(ufunc, "__call__", (x, y), {})
-
-
-def _method(func):
-    def method(self, *args, **kwargs):
-        return self.trace.function(func, (self,) + args, kwargs)
-    method.__name__ = func.__name__
-    return method
-
-
-def _shape_method(func):
-    # x.reshape(2, 3) and x.reshape((2, 3)); x.transpose(1, 0) and x.transpose((1, 0))
-    def method(self, *shape, **kwargs):
-        if not shape:
-            return self.trace.function(func, (self,), kwargs)
-        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = shape[0]
-        return self.trace.function(func, (self, shape), kwargs)
-    method.__name__ = func.__name__
-    return method
 
 
 def _dtype_of(x):
@@ -321,33 +294,6 @@ class Batched(Traced):
         raise TypeError("x[...] = v on a value batched by vmap: build the result with "
                         "np.where, np.concatenate or arithmetic instead")
 
-    sum = _method(np.sum)
-    mean = _method(np.mean)
-    prod = _method(np.prod)
-    max = _method(np.max)
-    min = _method(np.min)
-    var = _method(np.var)
-    std = _method(np.std)
-    cumsum = _method(np.cumsum)
-    cumprod = _method(np.cumprod)
-    dot = _method(np.dot)
-    clip = _method(np.clip)
-    ravel = _method(np.ravel)
-    flatten = _method(np.ravel)
-    squeeze = _method(np.squeeze)
-    swapaxes = _method(np.swapaxes)
-    reshape = _shape_method(np.reshape)
-    transpose = _shape_method(np.transpose)
-    argmax = _method(np.argmax)
-    argmin = _method(np.argmin)
-    argsort = _method(np.argsort)
-    any = _method(np.any)
-    all = _method(np.all)
-    take = _method(np.take)
-    repeat = _method(np.repeat)
-    diagonal = _method(np.diagonal)
-    round = _method(np.round)
-
     def copy(self):
         return self
 
@@ -357,3 +303,10 @@ class Batched(Traced):
     def conj(self):
         return self.trace.ufunc(np.conjugate, "__call__", (self,), {})
     conjugate = conj
+
+
+def _dispatch(func, args, kwargs):
+    return args[0].trace.function(func, args, kwargs)
+
+
+install_array_methods(Batched, _dispatch)

@@ -22,6 +22,7 @@ import sysconfig
 import numpy as np
 
 from ..foreign import frozen_dask_array, is_dask_array
+from .methods import install_array_methods
 from .operators import binary
 from .registry import (CONSTANTS, deflinear, FUNCTION_RULES, SCALAR_LINEAR_PARTIALS, SCALAR_UFUNC_VJPS,
                        SHAPE_ONLY_FUNCTIONS, UFUNC_VJPS)
@@ -317,16 +318,24 @@ def inner_foreign(args, kwargs=_NO_KWARGS):
 
 
 def _inner_foreign(*groups):
-    foreign, level = None, 0
+    found = innermost(groups)
+    return found if _batched(found) else None
+
+
+def innermost(groups, above=0):
+    """The value, among ``groups`` of arguments (boxes and batched values may sit one
+    list deep), of the innermost trace there above level ``above`` (a box or a vmap's
+    value), or None: the trace that processes an operation on them."""
+    found, level = None, above
     for args in groups:
         for arg in args:
             for item in (arg if type(arg) in (list, tuple) else (arg,)):
                 if type(item) is Box:
                     if item.tape.level > level:
-                        foreign, level = None, item.tape.level
+                        found, level = item, item.tape.level
                 elif _batched(item) and item.trace.level > level:
-                    foreign, level = item, item.trace.level
-    return foreign
+                    found, level = item, item.trace.level
+    return found
 
 
 _COMPARISON_UFUNCS = {operator.lt: np.less, operator.le: np.less_equal,
@@ -408,28 +417,6 @@ def _unbox_nested(x):
     if type(x) in (list, tuple):
         return type(x)(map(unbox, x))
     return unbox(x)
-
-
-def _method(func):
-    # x.sum(...) and np.sum(x, ...) share one rule (looked up at call time, so rules
-    # may register after this module is imported).
-    def method(self, *args, **kwargs):
-        return call_function(func, (self,) + args, kwargs)
-    method.__name__ = func.__name__
-    method.__doc__ = f"Traced ``numpy.{func.__name__}``."
-    return method
-
-
-def _shape_method(func):
-    # x.reshape(2, 3) and x.reshape((2, 3)) are both NumPy; so are x.transpose() and x.T.
-    def method(self, *shape, **kwargs):
-        if not shape:
-            return call_function(func, (self,), kwargs)
-        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = shape[0]
-        return call_function(func, (self, shape), kwargs)
-    method.__name__ = func.__name__
-    return method
 
 
 def _operator(ufunc, op, x, y):
@@ -730,36 +717,7 @@ class Box(Traced):
                         "with np.where, np.concatenate or arithmetic instead")
 
     # --------------------------------------------------------------- methods
-    sum = _method(np.sum)
-    mean = _method(np.mean)
-    prod = _method(np.prod)
-    max = _method(np.max)
-    min = _method(np.min)
-    var = _method(np.var)
-    std = _method(np.std)
-    cumsum = _method(np.cumsum)
-    cumprod = _method(np.cumprod)
-    dot = _method(np.dot)
-    clip = _method(np.clip)
-    ravel = _method(np.ravel)
-    flatten = _method(np.ravel)     # a copy in NumPy; boxes are immutable, so a view is fine
-    squeeze = _method(np.squeeze)
-    swapaxes = _method(np.swapaxes)
-    reshape = _shape_method(np.reshape)
-    transpose = _shape_method(np.transpose)
-    argmax = _method(np.argmax)
-    argmin = _method(np.argmin)
-    argsort = _method(np.argsort)
-    nonzero = _method(np.nonzero)
-    any = _method(np.any)
-    all = _method(np.all)
-    # Methods whose NumPy functions have rules: x.take(i) is np.take(x, i), and so on.
-    take = _method(np.take)
-    repeat = _method(np.repeat)
-    diagonal = _method(np.diagonal)
-    trace = _method(np.trace)
-    round = _method(np.round)
-    searchsorted = _method(np.searchsorted)
+    # (the NumPy ones, x.sum(...), are installed below: .methods)
     # NumPy's in-place methods (x.sort() returns None) name the function to use instead.
     sort = _writing("sort", "x = np.sort(x)")
     partition = _writing("partition", "x = np.sort(x)")
@@ -783,6 +741,9 @@ def _without_rule(name):
                              f".{name} (used on a traced value); use a NumPy function that "
                              f"has one, or dualbcast.stop_gradient(x).{name} for a constant")
     return property(attribute)
+
+
+install_array_methods(Box, call_function)
 
 
 # The public ndarray attributes a box lacks (x.round, x.real, x.sort) say that they have

@@ -3,7 +3,6 @@ recorder (:class:`dualbcast.core.tape.Recorder`) collects the guards (constants
 computed from traced values that steered the program), copies of the constant arrays
 the records use (a replay checks that they still hold the same values), and whether
 the program did something no replay can redo."""
-import math
 import weakref
 
 import numpy as np

@@ -15,7 +15,7 @@ record, so a replay watches them as constants."""
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
-from ..core.box import Box, apply, constant, unbox
+from ..core.box import apply, constant, unbox
 from ..core.tape import Traced
 from ..core.registry import deflinear, defjvp, defrule
 from ..core.tape import SparseCotangent

@@ -194,44 +194,35 @@ def _det_local(ans, a):
     batched = inner_foreign((ans, a))
     if batched is not None:         # (a vmap's: chosen for the whole stack, below)
         return batched.trace.function(_det_local, (ans, a), {})
-    if _holds_batched(ans) or _holds_batched(a):
+    if isinstance(_innermost(ans), Traced) or isinstance(_innermost(a), Traced):
         # Values of a tape inside a vmap: no branch can be taken per example, and both
-        # formulas are exact, so the stack's values choose one for every example.
-        if _stack_invertible(ans, a):
+        # formulas are exact, so the stacks' values choose one for every example.
+        if _well_conditioned_inverse(_plain(ans), _plain(a)) is not None:
             return np.expand_dims(ans, (-1, -2)) * _mT(np.linalg.inv(a))
         return _adjugate_t(a)
-    if np.all(ans != 0):
-        try:
-            inverse = np.linalg.inv(a)
-        except np.linalg.LinAlgError:
-            pass
-        else:
-            if _well_conditioned(a, inverse):
-                return np.expand_dims(ans, (-1, -2)) * _mT(inverse)
+    inverse = _well_conditioned_inverse(ans, a)
+    if inverse is not None:
+        return np.expand_dims(ans, (-1, -2)) * _mT(inverse)
     return _adjugate_t(a)
 
 
-def _holds_batched(x):
-    """Whether ``x``, through the boxes of tapes, holds a value batched by a vmap."""
-    while type(x) is Box:
-        x = x.value
-    return isinstance(x, Traced)
-
-
-def _stack_invertible(ans, a):
-    """Whether every matrix of the stacks inside ``ans`` and ``a`` (through boxes and
-    batches: their plain values) has a nonzero determinant and is well conditioned."""
-    while isinstance(ans, Traced):
-        ans = ans.value
-    while isinstance(a, Traced):
-        a = a.value
+def _well_conditioned_inverse(ans, a):
+    """``inv(a)`` if every determinant in ``ans`` is nonzero and every matrix of ``a``
+    invertible and well conditioned, else None."""
     if not np.all(ans != 0):
-        return False
+        return None
     try:
         inverse = np.linalg.inv(a)
     except np.linalg.LinAlgError:
-        return False
-    return _well_conditioned(a, inverse)
+        return None
+    return inverse if _well_conditioned(a, inverse) else None
+
+
+def _plain(x):
+    """The plain array inside ``x``, through boxes and batches."""
+    while isinstance(x, Traced):
+        x = x.value
+    return x
 
 
 # The condition number (1-norm) above which det's derivatives come from _adjugate_t

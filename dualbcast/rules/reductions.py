@@ -7,7 +7,7 @@ plain arrays keep their first-order fast paths.  sum, mean and cumsum are linear
 others' jvps are sums of the tangent times the same local derivatives their vjps use."""
 import numpy as np
 
-from ..core.box import Box, apply, constant
+from ..core.box import apply, constant
 from ..core.tape import Traced
 from ..core.registry import LINEAR, defjvp, defrule
 from .common import (as_array, broadcast_lazily, constant_dtype, is_lazy, nan_safe, no_out,
