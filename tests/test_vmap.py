@@ -534,6 +534,98 @@ def test_per_example_gradients_of_a_gather_by_each_examples_rows():
         db.vmap(lambda i: table[i])(ids)        # a plain array: NumPy asks for an array
 
 
+# One example's index with a batched index array (or integer) in every position NumPy
+# distinguishes: first, after a slice (x[:, i]), separated from another array (x[i, :, j],
+# whose axes NumPy puts first), beside an integer, after an Ellipsis or a None, beside
+# a constant mask.
+BATCHED_INDEXES = {
+    "rows": lambda x, i, j: x[i],
+    "columns": lambda x, i, j: x[:, i],
+    "rows_and_columns": lambda x, i, j: x[i, j],
+    "separated": lambda x, i, j: x[i, :, j[:2]],
+    "after_an_integer": lambda x, i, j: x[1, :, j].sum(axis=1) + x[:, 2, j].sum(axis=1),
+    "ellipsis": lambda x, i, j: x[..., j],
+    "newaxis": lambda x, i, j: x[None, 1:, j],
+    "integer_index": lambda x, i, j: x[:, i[0]],
+    "beside_a_mask": lambda x, i, j: x[np.array([True, False, True]), :, j[:2]],
+    "constant_array_beside": lambda x, i, j: x[np.array([[0], [2]]), 1:, j],
+}
+
+
+@pytest.mark.parametrize("name", sorted(BATCHED_INDEXES))
+@pytest.mark.parametrize("x_batched", [False, True], ids=["x", "xs"])
+def test_indexing_by_batched_indices_equals_the_loop_and_its_gradient(name, x_batched):
+    index = BATCHED_INDEXES[name]
+    xs = RNG.normal(size=(4, 3, 5, 4))
+    ii = RNG.integers(-3, 3, size=(4, 2))
+    jj = RNG.integers(-4, 4, size=(4, 3)) if name != "rows_and_columns" else \
+        RNG.integers(0, 5, size=(4, 2))
+    x_axis = 0 if x_batched else None
+    x = xs if x_batched else xs[0]
+    want = np.stack([index(xs[b] if x_batched else x, ii[b], jj[b]) for b in range(4)])
+    if x_batched:
+        np.testing.assert_array_equal(db.vmap(index)(x, ii, jj), want)
+    else:   # a plain array indexed by a batched index: NumPy does not hand it to vmap
+        with pytest.raises(TypeError, match="indexed by it"):
+            db.vmap(index, in_axes=(None, 0, 0))(x, ii, jj)
+        # (under grad x is traced, and its trace hands the index to the vmap)
+        got = db.vmap(lambda x, i, j: db.value_and_grad(lambda x: np.sum(index(x, i, j)))(x)[0],
+                      in_axes=(None, 0, 0))(x, ii, jj)
+        np.testing.assert_allclose(got, want.reshape(4, -1).sum(axis=1), rtol=1e-14,
+                                   atol=1e-14)
+
+    weights = RNG.normal(size=want.shape[1:])
+
+    def loss(x, i, j):
+        return np.sum(np.sin(index(x, i, j)) * weights)
+    grads = db.vmap(db.grad(loss), in_axes=(x_axis, 0, 0))(x, ii, jj)
+    want = np.stack([db.grad(loss)(xs[b] if x_batched else x, ii[b], jj[b])
+                     for b in range(4)])
+    np.testing.assert_allclose(grads, want, rtol=1e-14, atol=1e-15)
+    if x_batched:       # the gradient of the whole batch at once: grad of the vmap
+        total = lambda xs: np.sum(db.vmap(loss)(xs, ii, jj))      # noqa: E731
+        np.testing.assert_allclose(db.grad(total)(xs), want, rtol=1e-14, atol=1e-15)
+
+
+def test_take_by_batched_indices_under_grad_and_a_batched_mask_raises():
+    v = RNG.normal(size=6)
+    ii = RNG.integers(-6, 6, size=(5, 4))
+    loss = lambda v, i: np.sum(np.take(v, i) ** 3)      # noqa: E731
+    np.testing.assert_allclose(db.vmap(db.grad(loss), in_axes=(None, 0))(v, ii),
+                               _loop(lambda i: db.grad(loss)(v, i), ii), rtol=1e-15)
+    m = RNG.normal(size=(5, 3, 4))
+    loss2 = lambda m, j: np.sum(np.take(m, j, axis=1) ** 2)     # noqa: E731
+    jj = RNG.integers(0, 4, size=(5, 2))
+    np.testing.assert_allclose(db.vmap(db.grad(loss2))(m, jj),
+                               np.stack([db.grad(loss2)(a, j) for a, j in zip(m, jj)]))
+    for mode, scale in (("raise", 1), ("wrap", 3), ("clip", 3)):
+        f = lambda m, j: np.take(m, j * scale, axis=-1, mode=mode)     # noqa: E731
+        np.testing.assert_array_equal(db.vmap(f)(m, jj - 1),
+                                      np.stack([f(a, j) for a, j in zip(m, jj - 1)]))
+    with pytest.raises(IndexError):
+        db.vmap(lambda m, j: np.take(m, j + 4, axis=1))(m, jj)
+    f = lambda m, j: np.take(m, j)      # noqa: E731
+    np.testing.assert_array_equal(db.vmap(f)(m, ii), np.stack([f(a, j) for a, j in zip(m, ii)]))
+    with pytest.raises(NotImplementedError, match="batched boolean mask"):
+        db.vmap(lambda x, mask: x[:, mask])(m, m > 0)
+
+
+def test_pad_with_values_per_axis_and_a_batched_where_keyword():
+    xs = RNG.normal(size=(3, 2, 3))
+    for kwargs in ({"constant_values": ((1.0, 2.0), (3.0, 4.0))},
+                   {"constant_values": (5.0, 7.0)}, {"mode": "linear_ramp",
+                                                     "end_values": ((1.0, 2.0), (3.0, 4.0))},
+                   {"mode": "mean", "stat_length": ((1, 2), (2, 1))}):
+        f = lambda x: np.pad(x, ((1, 0), (0, 2)), **kwargs) ** 2     # noqa: E731
+        np.testing.assert_array_equal(db.vmap(f)(xs), _loop(f, xs))
+        if "mode" not in kwargs:        # (np.pad's other modes have no gradient rule)
+            total = lambda xs: np.sum(db.vmap(f)(xs))       # noqa: E731
+            np.testing.assert_allclose(db.grad(total)(xs),
+                                       _loop(db.grad(lambda x: np.sum(f(x))), xs))
+    with pytest.raises(NotImplementedError, match=r"where=; write np.where"):
+        db.vmap(lambda x, m: np.sum(x, where=m))(xs, xs > 0)
+
+
 def test_astype_inside_a_vmap_inside_grad():
     xs = RNG.normal(size=(3, 4))
     total = lambda xs: np.sum(db.vmap(lambda x: np.sin(x).astype(np.float32) * 2.0)(xs))  # noqa

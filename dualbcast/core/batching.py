@@ -27,13 +27,8 @@ import operator
 import numpy as np
 
 from .methods import install_array_methods
-from .registry import BATCH_RULES, SHAPE_ONLY_FUNCTIONS
+from .registry import BATCH_ITEMWISE, BATCH_RULES, SHAPE_ONLY_FUNCTIONS
 from .tape import Traced
-
-
-# The functions that take a sequence of arrays as an argument (their rules get a flag
-# per item of it).
-SEQUENCE_FUNCTIONS = frozenset({np.concatenate, np.stack, np.hstack, np.vstack})
 
 
 class BatchTrace:
@@ -100,11 +95,11 @@ class BatchTrace:
             raise RuntimeError("a value batched by vmap was used after its vmap call "
                                "returned; return it from the function instead")
         values, batched = [], []
+        itemwise = BATCH_ITEMWISE.get(func, ())
         for arg in args:
             if type(arg) in (list, tuple):
                 flags = tuple(_of(self, item) for item in arg)
-                if func in SEQUENCE_FUNCTIONS or func is operator.getitem and \
-                        type(arg) is tuple:
+                if type(arg) in itemwise:
                     # a sequence of arrays (np.stack's), or an index's parts: a flag each
                     values.append(type(arg)(self.unbatched(item) for item in arg))
                     batched.append(flags)
@@ -119,9 +114,11 @@ class BatchTrace:
             batched.append(_of(self, arg))
         for key, value in kwargs.items():
             if _of(self, value):
+                instead = ("write np.where(where, x, identity) first" if key == "where"
+                           else "pass it positionally")
                 raise NotImplementedError(f"dualbcast.vmap: {_name(func)} got a batched "
-                                          f"value as its keyword argument {key}=; pass it "
-                                          f"positionally")
+                                          f"value as its keyword argument {key}=; "
+                                          f"{instead}")
         result = rule(self.size, func, values, batched, **kwargs)
         return self.wrap(result)
 

@@ -17,6 +17,7 @@ SCALAR_FORMS = {}           # ufunc -> its ScalarForm (the core only keeps it)
 JVP_RULES = {}              # a record's func -> jvp(tangents, ans, *args, **kwargs)
 DIAGONAL = set()            # funcs whose vjps are g times a local derivative, elementwise
 BATCH_RULES = {}            # function (np.ufunc: every ufunc's call) -> its batching rule
+BATCH_ITEMWISE = {}         # function -> the types of argument its batching rule takes item by item
 
 
 class BackwardOperations:
@@ -61,16 +62,20 @@ def defjvp(func, jvp):
     JVP_RULES[func] = jvp
 
 
-def defbatch(rule, *funcs):
+def defbatch(rule, *funcs, itemwise=()):
     """Tell ``vmap`` how to compute each of ``funcs`` on batched values (see
     :mod:`.batching`): ``rule(size, func, args, batched, **kwargs)``, ``args`` the
     arguments with each batched value as its stack of ``size`` examples along axis 0,
-    ``batched`` a bool per argument (a tuple of them for a list argument), returns
-    the result with the batch along axis 0 (or a :class:`.batching.Unbatched`).
+    ``batched`` a bool per argument, returns the result with the batch along axis 0
+    (or a :class:`.batching.Unbatched`).  An argument whose type is in ``itemwise``
+    (``(list, tuple)`` for np.stack's arrays, ``(tuple,)`` for an index's parts) is
+    taken item by item, with a tuple of flags; any other list is an array constant.
     ``np.ufunc`` stands for every ufunc's call, ``(np.ufunc, method)`` for a ufunc
     method (``reduce``: ``ufunc=`` among the keywords)."""
     for func in funcs:
         BATCH_RULES[func] = rule
+        if itemwise:
+            BATCH_ITEMWISE[func] = itemwise
 
 
 def deflinear(*funcs):

@@ -15,7 +15,7 @@ record, so a replay watches them as constants."""
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
-from ..core.box import apply, constant, unbox
+from ..core.box import apply, constant, inner_foreign, unbox
 from ..core.tape import Traced
 from ..core.registry import deflinear, defjvp, defrule
 from ..core.tape import SparseCotangent
@@ -160,9 +160,18 @@ def _flat_index(flat, shape):
     return np.unravel_index(np.where(flat < 0, flat + size, flat), shape)
 
 
+def _take(a, indices, **kwargs):
+    """``np.take``, handed to the vmap that batches ``indices`` when ``a`` is not traced
+    (NumPy's dispatch looks at ``a`` alone, and would convert the batch)."""
+    foreign = inner_foreign((indices,))
+    if foreign is not None and not isinstance(a, Traced):
+        return foreign.trace.function(np.take, (a, indices), kwargs)
+    return np.take(a, indices, **kwargs)
+
+
 def _take_vjp(g, ans, a, indices, axis=None, mode="raise"):
     shape = np.shape(a)
-    idx = np.asarray(indices)
+    idx = indices if inner_foreign((indices,)) is not None else np.asarray(indices)
     if idx.dtype.kind == "b":
         idx = idx.astype(np.intp)
     n = int(np.prod(shape)) if axis is None else shape[normalize_axis_index(axis, len(shape))]
@@ -182,7 +191,7 @@ def _take_vjp(g, ans, a, indices, axis=None, mode="raise"):
 @_register(np.take)
 def _take_rule(a, indices, axis=None, out=None, mode="raise"):
     no_out("take", out)
-    return apply(np.take, (_take_vjp, None), (a, indices), {"axis": axis, "mode": mode})
+    return apply(_take, (_take_vjp, None), (a, indices), {"axis": axis, "mode": mode})
 
 
 def _take_along_axis_vjp(g, ans, arr, indices, axis=-1):
@@ -300,6 +309,6 @@ def _pad_vjp_values(g, ans, array, pad_width, constant_values):
 
 
 # Forward mode: linear in the traced array (pad: in the array and the fill value).
-deflinear(np.triu, np.tril, np.diagonal, _embedded_diagonal, np.take, np.take_along_axis,
+deflinear(np.triu, np.tril, np.diagonal, _embedded_diagonal, np.take, _take, np.take_along_axis,
           np.roll, np.repeat, np.tile, _padded)
 defjvp(np.sort, _sort_jvp)

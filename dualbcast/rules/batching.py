@@ -19,6 +19,7 @@ import numpy as np
 
 from ..core.box import _as_kind
 from ..core.registry import defbatch
+from ..core.tape import Traced
 from .common import nan_safe_product, nan_safe_sum, where_value
 
 
@@ -323,6 +324,15 @@ def pad(size, func, args, batched, pad_width=None, mode="constant", **kwargs):
     pad_width = rest.pop(0) if rest else pad_width
     mode = rest.pop(0) if rest else mode
     widths = np.broadcast_to(np.asarray(pad_width, dtype=np.intp), (ndim, 2)).tolist()
+    for key in ("constant_values", "end_values", "stat_length"):
+        # per axis, (before, after) pairs: a pair for the batch axis too (it pads nothing)
+        value = kwargs.get(key)
+        if value is not None and np.ndim(value) != 0:
+            if isinstance(value, Traced):
+                raise NotImplementedError(f"dualbcast.vmap: numpy.pad with a traced "
+                                          f"{key} per axis")
+            value = np.broadcast_to(np.asarray(value), (ndim, 2))
+            kwargs[key] = np.concatenate([value[:1], value])
     return np.pad(x, [[0, 0]] + widths, mode, **kwargs)
 
 
@@ -411,7 +421,7 @@ def vstack(size, func, args, batched, **kwargs):
     return np.concatenate(items, axis=1, **kwargs)
 
 
-defbatch(concatenate, np.concatenate)
-defbatch(stack, np.stack)
-defbatch(hstack, np.hstack)
-defbatch(vstack, np.vstack)
+defbatch(concatenate, np.concatenate, itemwise=(list, tuple))
+defbatch(stack, np.stack, itemwise=(list, tuple))
+defbatch(hstack, np.hstack, itemwise=(list, tuple))
+defbatch(vstack, np.vstack, itemwise=(list, tuple))

@@ -70,28 +70,82 @@ def _is_mask(part):
 
 
 def _batched_gather(size, x, bx, parts, flags):
-    """``x[i]`` where the index ``i`` (one integer array, the first part) differs per
-    example."""
-    if len(parts) != 1 or not flags[0] or _is_mask(parts[0]):
-        raise NotImplementedError("dualbcast.vmap: indexing with a batched index has a "
-                                  "batching rule for one integer index array only "
-                                  "(x[i], i batched)")
-    index = parts[0]
-    if not bx:
-        return x[index]
-    rows = np.arange(size).reshape((size,) + (1,) * (_ndim(index, True)))
-    return x[rows, index]
+    """``x[index]`` where index arrays (or integers) of the index differ per example:
+    one gather, the batch's rows a leading index array beside them (JAX's batched
+    gather), its axes then moved where NumPy puts one example's."""
+    if len(parts) == 1 and not bx and not _is_mask(parts[0]):
+        return x[parts[0]]                      # x[i], x the same for every example
+    x = _lifted(size, x, bx)
+    index, arrays, at = _batched_index(size, parts, flags, _ndim(x, True))
+    out = gather(x, index)
+    if at:
+        out = np.moveaxis(out, range(1, 1 + arrays), range(1 + at, 1 + at + arrays))
+    return out
 
 
-defbatch(getitem, operator.getitem)
+def _batched_index(size, parts, flags, ndim):
+    """The index of all examples at once for one example's ``parts``, some batched:
+    ``(index, k, at)``, where the gather puts the ``k`` axes of the index arrays
+    right after the batch axis, and one example's has them at axis ``at``."""
+    if any(flag and _is_mask(part) for part, flag in zip(parts, flags)):
+        raise NotImplementedError("dualbcast.vmap: indexing with a batched boolean mask "
+                                  "(the result's shape would differ per example); use "
+                                  "np.where(mask, x, 0) or np.take_along_axis")
+    parts, flags = _index_arrays_expanded(parts, flags, ndim)
+    advanced = [i for i, part in enumerate(parts)
+                if not isinstance(part, (slice, type(None)))]
+    shape = np.broadcast_shapes(*(_shape(parts[i])[1:] if flags[i] else _shape(parts[i])
+                                  for i in advanced))
+    rows = np.arange(size).reshape((size,) + (1,) * len(shape))
+    index = (rows,) + tuple(
+        np.reshape(part, (size,) + (1,) * (len(shape) + 1 - _ndim(part)) + _shape(part)[1:])
+        if flag else part for part, flag in zip(parts, flags))
+    # One example's index arrays side by side: NumPy puts their axes where they stand,
+    # after the axes of the slices and Nones before them; else first.
+    adjacent = advanced == list(range(advanced[0], advanced[-1] + 1))
+    return index, len(shape), advanced[0] if adjacent else 0
+
+
+def _index_arrays_expanded(parts, flags, ndim):
+    """An index's parts with its Ellipsis as full slices, lists as arrays and constant
+    boolean masks as their integer arrays (``m.nonzero()``, as NumPy takes them)."""
+    out, out_flags = [], []
+    for part, flag in zip(parts, flags):
+        if type(part) is list:
+            part = np.asarray(part)
+        if not flag and _is_mask(part):
+            arrays = np.nonzero(part)
+            out += arrays
+            out_flags += [False] * len(arrays)
+        else:
+            out.append(part)
+            out_flags.append(flag)
+    consumed = sum(part is not None and part is not Ellipsis for part in out)
+    ellipses = [at for at, part in enumerate(out) if part is Ellipsis]
+    if ellipses:
+        at = ellipses[0]
+        out[at:at + 1] = [slice(None)] * (ndim - consumed)
+        out_flags[at:at + 1] = [False] * (ndim - consumed)
+    return out, out_flags
+
+
+defbatch(getitem, operator.getitem, itemwise=(tuple,))
 
 
 def take(size, func, args, batched, axis=None, **kwargs):
     (x, indices), (bx, bi) = args[:2], batched[:2]
     axis = args[2] if len(args) > 2 else axis
-    if bi and bx:
-        raise NotImplementedError("dualbcast.vmap: numpy.take with both the array and "
-                                  "the indices batched")
+    if bi and bx:                   # x[..., i] with each example's x and i
+        if axis is None:
+            x, axis = _flat(x), 0
+        axis = axis % max(_ndim(x, True), 1)
+        n, mode = _shape(x)[1 + axis], kwargs.get("mode", "raise")
+        if mode == "wrap":
+            indices = indices % n
+        elif mode == "clip":
+            indices = np.clip(indices, 0, n - 1)
+        return _batched_gather(size, x, True, (slice(None),) * axis + (indices,),
+                               (False,) * axis + (True,))
     if bi:
         if axis is None:
             return np.take(x, indices, **kwargs)
@@ -118,7 +172,15 @@ def searchsorted(size, func, args, batched, **kwargs):
     return np.searchsorted(*args, **kwargs)
 
 
+def unravel_index(size, func, args, batched, **kwargs):
+    if any(batched[1:]):
+        raise NotImplementedError("dualbcast.vmap: numpy.unravel_index with the shape "
+                                  "batched")
+    return np.unravel_index(*args, **kwargs)      # elementwise in the indices
+
+
 defbatch(take, np.take)
+defbatch(unravel_index, np.unravel_index)
 defbatch(take_along_axis, np.take_along_axis)
 defbatch(searchsorted, np.searchsorted)
 
@@ -148,14 +210,17 @@ def scattered_rule(size, func, args, batched):
 
 
 def _scattered_per_example(size, values, parts, flags, shape, dtype):
-    """The dense cotangent of ``x[i]``, ``i`` an integer array of each example's rows
-    (``x`` unbatched or batched): every example's rows offset into one flat buffer of
-    all examples' rows, added up by one compiled scatter."""
+    """The dense cotangent of ``x[index]``, index arrays of it batched (``x``
+    unbatched or batched), added up by one scatter of all examples: for ``x[i]``, ``i``
+    rows, every example's rows offset into one flat buffer of all examples' rows (the
+    compiled scatter); else at the gather's index of all examples (np.add.at's)."""
     flags = flags if type(flags) is tuple else (flags,)
     if _rows(parts, len(shape)) is None or any(flags[1:]):
-        raise NotImplementedError("dualbcast.vmap: a gradient of indexing with a batched "
-                                  "index has a batching rule for x[i] only (one integer "
-                                  "array i of rows)")
+        index, arrays, at = _batched_index(size, parts, flags, len(shape))
+        if at:
+            values = np.moveaxis(values, range(1 + at, 1 + at + arrays),
+                                 range(1, 1 + arrays))
+        return scattered(values, index, True, (size,) + tuple(shape), dtype)
     rows, n0 = parts[0], shape[0]
     index_shape = _shape(rows)[1:]
     offsets = np.reshape(np.arange(size) * n0, (size,) + (1,) * len(index_shape))
@@ -166,7 +231,7 @@ def _scattered_per_example(size, values, parts, flags, shape, dtype):
     return np.reshape(total, (size,) + tuple(shape))
 
 
-defbatch(scattered_rule, scattered)
+defbatch(scattered_rule, scattered, itemwise=(tuple,))
 
 
 def embedded_diagonal(size, func, args, batched, shape, offset, axis1, axis2):

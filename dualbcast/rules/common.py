@@ -5,7 +5,7 @@ import operator
 
 import numpy as np
 
-from ..core.box import SCALARS, Box, apply, call_function
+from ..core.box import SCALARS, Box, apply, call_function, inner_foreign
 from ..foreign import is_dask_array
 from ..core.tape import Traced, ignore_float_errors, restore_float_errors
 from ..core.registry import BACKWARD_OPERATIONS, ScalarForm, defjvp, deflinear, defrule
@@ -241,9 +241,11 @@ def dense_cotangent(sparse, primal):
 
 def gather(a, index):
     """``a[index]``, through the indexing rule when the index is traced (an integer
-    input of a ``dualbcast.jit`` program) and ``a`` is not: NumPy would convert it."""
+    input of a ``dualbcast.jit`` program, or an index batched by a ``vmap``) and ``a``
+    is not: NumPy would convert it."""
     parts = index if type(index) is tuple else (index,)
-    if type(a) is not Box and any(type(part) is Box for part in parts):
+    if type(a) is not Box and not isinstance(a, Traced) and \
+            any(isinstance(part, Traced) for part in parts):
         return call_function(operator.getitem, (a, index), {})
     return a[index]
 
@@ -251,6 +253,9 @@ def gather(a, index):
 def scattered(values, index, repeats, shape, dtype):
     if isinstance(values, Traced):  # traced by an enclosing trace (or vmap): its rule
         return apply(scattered, _SCATTERED_VJPS, (values, index, repeats, shape, dtype))
+    batched = inner_foreign(index if type(index) is tuple else (index,))
+    if batched is not None:         # the index of each example differs: the vmap's rule
+        return batched.trace.function(scattered, (values, index, repeats, shape, dtype), {})
     buffer = np.zeros(shape, dtype)
     if repeats:
         scatter_add(buffer, index, values)
