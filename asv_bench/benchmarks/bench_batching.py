@@ -16,14 +16,12 @@
 The Lennard-Jones Hessian is in ``bench_higher_order``.  JAX not installed: skipped
 (``NotImplementedError``)."""
 import math
-import statistics
-import tempfile
 
 import numpy as np
 
 import dualbcast as db
 
-from .bench_first_gradient import SCRIPTS, first_call_seconds
+from .bench_first_gradient import SCRIPTS, median_seconds
 from .gradients import _peer, warmed_up
 from .machine_load import medians_in_turns
 
@@ -192,14 +190,7 @@ class RegressionHessianFirstCall:
     timeout = 600
 
     def track_seconds(self, system):
-        times = []
-        for _ in range(3):
-            with tempfile.TemporaryDirectory(prefix="dualbcast-first-") as cache_dir:
-                seconds = first_call_seconds(system, cache_dir)
-            if seconds is None:
-                raise NotImplementedError(f"{system}: its peer is not installed")
-            times.append(seconds)
-        return statistics.median(times)
+        return median_seconds(system, warm=False)
 
     track_seconds.unit = "seconds"
 

@@ -17,6 +17,8 @@ import sys
 import tempfile
 import textwrap
 
+from .machine_load import QUICK
+
 BENCHMARKS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _PRELUDE = """
@@ -94,7 +96,8 @@ def first_call_seconds(name, cache_dir):
 
 def median_seconds(name, warm, runs=3):
     """The median over ``runs`` fresh processes: each with an empty cache, or (``warm``)
-    each after a first process filled it."""
+    each after a first process filled it.  (CI's quick run: one process.)"""
+    runs = 1 if QUICK else runs
     times = []
     for _ in range(runs):
         with tempfile.TemporaryDirectory(prefix="dualbcast-first-") as cache_dir:

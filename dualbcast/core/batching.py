@@ -6,8 +6,8 @@ mapped axis is moved there when a value enters), while the box reports one examp
 shape, ``ndim`` and ``size``, so a program written for one example reads as it would
 on one.
 
-Each operation on a batched value runs its batching rule (:data:`.registry.BATCH_RULES`,
-registered with :func:`.registry.defbatch`; every ufunc has one, elementwise): the
+Each operation on a batched value runs its batching rule (its :class:`.registry.Primitive`'s
+``batch``, given with :func:`.registry.define`; every ufunc has one, elementwise): the
 operation on the whole stack at once -- a reduction's axes moved past the batch axis,
 an index prefixed with a full slice, a kernel's loop broadcast over the batch.  An
 operation without a rule raises, naming it: a batched value is never converted to a
@@ -27,7 +27,7 @@ import operator
 import numpy as np
 
 from .methods import install_array_methods
-from .registry import BATCH_ITEMWISE, BATCH_RULES, SHAPE_ONLY_FUNCTIONS
+from .registry import NO_RULES, PRIMITIVES
 from .tape import Traced
 
 
@@ -62,9 +62,9 @@ class BatchTrace:
                             f"vmap: an in-place write cannot hold the batch; use the "
                             f"returned value")
         if method == "__call__":
-            rule = BATCH_RULES.get(ufunc, BATCH_RULES.get(np.ufunc))
+            rule = PRIMITIVES.get(ufunc, NO_RULES).batch or PRIMITIVES[np.ufunc].batch
         else:
-            rule = BATCH_RULES.get((np.ufunc, method))
+            rule = PRIMITIVES.get((np.ufunc, method), NO_RULES).batch
             if rule is None:
                 raise NotImplementedError(f"dualbcast.vmap has no batching rule for "
                                           f"numpy.{ufunc.__name__}.{method}")
@@ -80,9 +80,10 @@ class BatchTrace:
                 return inner.trace.function(func, args, kwargs)
             from .box import call_function
             return call_function(func, args, kwargs)
-        if func in SHAPE_ONLY_FUNCTIONS:
+        p = PRIMITIVES.get(func, NO_RULES)
+        if p.shape_only:
             return func(*_stand_ins(self, args), **_stand_ins(self, kwargs))
-        rule = BATCH_RULES.get(func)
+        rule = p.batch
         if rule is None:
             if isinstance(func, np.ufunc):
                 return self.ufunc(func, "__call__", args, kwargs)
@@ -95,7 +96,7 @@ class BatchTrace:
             raise RuntimeError("a value batched by vmap was used after its vmap call "
                                "returned; return it from the function instead")
         values, batched = [], []
-        itemwise = BATCH_ITEMWISE.get(func, ())
+        itemwise = PRIMITIVES.get(func, NO_RULES).itemwise
         for arg in args:
             if type(arg) in (list, tuple):
                 flags = tuple(_of(self, item) for item in arg)

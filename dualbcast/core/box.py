@@ -24,12 +24,10 @@ import numpy as np
 from ..foreign import frozen_dask_array, is_dask_array
 from .methods import install_array_methods
 from .operators import binary
-from .registry import (CONSTANTS, deflinear, FUNCTION_RULES, SCALAR_LINEAR_PARTIALS, SCALAR_UFUNC_VJPS,
-                       SHAPE_ONLY_FUNCTIONS, UFUNC_VJPS)
+from .registry import NO_RULES, PRIMITIVES, define
 from .tape import SCALARS, LinearRecord, Record, Traced, escape, raised
 
 _NO_KWARGS = {}
-
 
 
 def trace_inputs(args, vjps=None):
@@ -152,7 +150,7 @@ def _as_kind(x, kind):
 
 
 _AS_KIND_VJPS = (lambda g, ans, x, kind: g, None)
-deflinear(_as_kind)
+define(_as_kind, linear=True)
 
 
 def keep(tape, constant):
@@ -239,7 +237,7 @@ def constant(func, args, kwargs=_NO_KWARGS):
     except Exception:
         raised(tape)
         raise
-    if tape is None or func in SHAPE_ONLY_FUNCTIONS:
+    if tape is None or PRIMITIVES.get(func, NO_RULES).shape_only:
         return result
     # (a staging trace records an elementwise one -- a comparison, np.isnan, np.floor:
     # a mask the program computes, not a branch it took)
@@ -377,10 +375,10 @@ def unbox(x):
 
 
 def call_ufunc(ufunc, inputs):
-    vjps = UFUNC_VJPS.get(ufunc)
-    if vjps is not None:
-        return apply(ufunc, vjps, inputs, scalar_vjps=SCALAR_UFUNC_VJPS.get(ufunc))
-    if ufunc in CONSTANTS or _discrete_only(inputs):
+    p = PRIMITIVES.get(ufunc, NO_RULES)
+    if p.vjps is not None:
+        return apply(ufunc, p.vjps, inputs, scalar_vjps=p.scalar_vjps)
+    if p.constant or _discrete_only(inputs):
         return constant(ufunc, inputs)
     raise NotImplementedError(f"dualbcast has no gradient rule for {_ufunc_name(ufunc)} "
                               f"(called on a traced value)")
@@ -402,10 +400,10 @@ def call_function(func, args, kwargs):
             if foreign is not None:
                 return foreign.trace.function(func, args, kwargs)
             break
-    rule = FUNCTION_RULES.get(func)
-    if rule is not None:
-        return rule(*args, **kwargs)
-    if func in CONSTANTS or _discrete_only(args, kwargs.values()):
+    p = PRIMITIVES.get(func, NO_RULES)
+    if p.trace is not None:
+        return p.trace(*args, **kwargs)
+    if p.constant or _discrete_only(args, kwargs.values()):
         return constant(func, args, kwargs)
     name = getattr(func, "__name__", repr(func))
     module = getattr(func, "__module__", None) or "numpy"
@@ -425,9 +423,10 @@ def _operator(ufunc, op, x, y):
         foreign = inner_foreign((x, y))
         if foreign is not None:
             return foreign.trace.ufunc(ufunc, "__call__", (x, y), _NO_KWARGS)
-    vjps = UFUNC_VJPS.get(ufunc)
+    p = PRIMITIVES.get(ufunc, NO_RULES)
+    vjps = p.vjps
     if vjps is None:
-        if ufunc in CONSTANTS:
+        if p.constant:
             return constant(op, (x, y))
         return call_ufunc(ufunc, (x, y))    # raises NotImplementedError naming the ufunc
     # The hot path of scalar code (a fold, a polynomial of a kernel's sum): ``apply``
@@ -463,7 +462,7 @@ def _operator(ufunc, op, x, y):
     slot = len(values)
     values.append(ans)
     if type(ans) in SCALARS:
-        linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
+        linear = p.partials
         if linear is not None:
             # x + y, x - y, x * y, x ** c on scalars: the local partials are cheap to
             # form, so the record keeps them and backward only multiplies.
@@ -475,7 +474,7 @@ def _operator(ufunc, op, x, y):
                     tape.records.append(LinearRecord(slot, parents, partials, op, saved,
                                                      linear, argnums))
                     return Box(ans, slot, tape)
-        vjps = SCALAR_UFUNC_VJPS.get(ufunc, vjps)
+        vjps = p.scalar_vjps
     tape.records.append(Record(slot, parents, argnums, vjps, ans, saved, _NO_KWARGS, op, ()))
     return Box(ans, slot, tape)
 
@@ -484,7 +483,8 @@ _FIRST, _SECOND, _BOTH = (0,), (1,), (0, 1)
 
 
 def _operator_unary(ufunc, op, x):
-    return apply(op, UFUNC_VJPS[ufunc], (x,), scalar_vjps=SCALAR_UFUNC_VJPS.get(ufunc))
+    p = PRIMITIVES[ufunc]
+    return apply(op, p.vjps, (x,), scalar_vjps=p.scalar_vjps)
 
 
 def _comparison(op):

@@ -10,10 +10,10 @@ cost one pass beside its values.
 A record's tangent comes from, in order:
 
 - a :class:`.tape.LinearRecord`: its partials times the parents' tangents;
-- the jvp registered for its function (:func:`.registry.defjvp`, or
-  :func:`.registry.deflinear`: the function of the tangents), or the function's own
-  ``record_jvp`` method, of the same signature (a function object a rule makes);
-- an elementwise rule (:data:`.registry.DIAGONAL`, the ufuncs): the vjp is the
+- the jvp of its function's :class:`.registry.Primitive` (``jvp=``, or ``linear=True``:
+  the function of the tangents), where the function may be a primitive of its own (an
+  object a rule makes per call, with its rules);
+- an elementwise rule (a primitive's ``diagonal``, the ufuncs): the vjp is the
   cotangent times a local derivative, so the same vjp applied to the tangent is the
   tangent;
 - any other rule, by transposition: the vjp is linear in its cotangent ``g``, so the
@@ -27,7 +27,7 @@ tangent meeting an infinite partial contributes 0, design §4).
 import numpy as np
 
 from .operators import OPERATOR_UFUNCS
-from .registry import BACKWARD_OPERATIONS, DIAGONAL, JVP_RULES, LINEAR
+from .registry import BACKWARD_OPERATIONS, NO_RULES, primitive_of
 from .box import Box
 from .stack import enter_trace, exit_trace
 from .tape import (LinearRecord, SparseCotangent, Tape, backward, ignore_float_errors,
@@ -114,14 +114,13 @@ def tangent_of(record, parent_tangents, ans):
     by_position = [None] * len(record.args)
     for i, t in zip(record.argnums, parent_tangents):
         by_position[i] = t
-    rule = JVP_RULES.get(func)
-    if rule is None:
-        rule = getattr(func, "record_jvp", None)     # a function object that has its own
-    if rule is LINEAR:
+    rules = primitive_of(func) or NO_RULES
+    if rules.linear:
         tangent = _linear(record, by_position)
-    elif rule is not None:
-        tangent = rule(by_position, record.ans, *record.args, **record.kwargs)
-    elif OPERATOR_UFUNCS.get(func, func) in DIAGONAL:     # (x * y records operator.mul)
+    elif rules.jvp is not None:
+        tangent = rules.jvp(by_position, record.ans, *record.args, **record.kwargs)
+    elif (primitive_of(OPERATOR_UFUNCS.get(func, func)) or NO_RULES).diagonal:
+        # (an elementwise rule; x * y records operator.mul)
         tangent = None
         for i, t in enumerate(by_position):
             if t is not None:

@@ -15,7 +15,7 @@ import operator
 
 import numpy as np
 
-from .registry import SCALAR_LINEAR_PARTIALS
+from .registry import PRIMITIVES
 from .tape import LinearRecord, raised
 
 # The ufunc whose rule each Python operator a record may name (its func or op) follows.
@@ -45,7 +45,7 @@ def binary(ufunc, op, general):
 
     def resolve():
         nonlocal linear, constant_partials
-        linear = SCALAR_LINEAR_PARTIALS.get(ufunc)
+        linear = PRIMITIVES[ufunc].partials
         constant_partials = linear if type(linear) is tuple else None
 
     def forward(self, other):

@@ -1,23 +1,105 @@
-"""The rules the core looks up, and the one way to register them: :func:`defrule`.
+"""What the transformations know of each operation: one :class:`Primitive` per function,
+and the one way to describe it, :func:`define`.
 
-The core holds no math: each NumPy function or ufunc it can trace is described here by
-a rule module (:mod:`dualbcast.rules`) through :func:`defrule`, and the core's boxes
-look the description up by function.  The tables below are what ``defrule`` fills;
-nothing else writes them.
+The core holds no math: each NumPy function or ufunc it can trace (and each function a
+rule records) is described by a rule module (:mod:`dualbcast.rules`) through
+:func:`define` -- how a tape traces it and its vjps, its jvp for forward mode, its
+batching rule for ``vmap``, its scalar form for compiled code -- and the traces look
+the description up by function (:data:`PRIMITIVES`).
 """
 from typing import NamedTuple, Optional
 
-UFUNC_VJPS = {}             # ufunc -> a vjp (or None) per input
-SCALAR_UFUNC_VJPS = {}      # ufunc -> the same for an all-scalar call
-SCALAR_LINEAR_PARTIALS = {}  # ufunc -> partials(x, y) -> (dx, dy), or the constant pair
-FUNCTION_RULES = {}         # function -> its trace(*args, **kwargs)
-CONSTANTS = set()           # functions and ufuncs whose results are constants
-SHAPE_ONLY_FUNCTIONS = set()  # those of them that depend on shapes and dtypes only
-SCALAR_FORMS = {}           # ufunc -> its ScalarForm (the core only keeps it)
-JVP_RULES = {}              # a record's func -> jvp(tangents, ans, *args, **kwargs)
-DIAGONAL = set()            # funcs whose vjps are g times a local derivative, elementwise
-BATCH_RULES = {}            # function (np.ufunc: every ufunc's call) -> its batching rule
-BATCH_ITEMWISE = {}         # function -> the types of argument its batching rule takes item by item
+
+class Primitive:
+    """One operation (``func``: a ufunc, a NumPy function, or a function a rule records)
+    and what each transformation needs of it; every field None (or False) where the
+    operation has no such rule.
+
+    Tracing (a tape): at most one of
+      ``vjps``: a ufunc's ``vjp(g, ans, *inputs)`` per input (None: no gradient flows),
+      with ``scalar_vjps`` for an all-scalar call, ``partials`` (cheap local partials
+      of a two-input ufunc on scalars, or the constant pair), ``form`` (a
+      :class:`ScalarForm`, for code that compiles it), ``diagonal`` (each vjp is ``g``
+      times a local derivative, elementwise);
+      ``trace``: a NumPy function's rule, called with its arguments (boxes among them),
+      which records the call (:func:`.box.apply`) or builds it from other operations;
+      ``constant``: its result does not depend differentiably on its inputs (and
+      ``shape_only``: it depends on their shapes and dtypes alone).
+    Forward mode (a record of ``func``): ``jvp(tangents, ans, *args, **kwargs)``, or
+      ``linear``: its tangent is ``func`` of the tangents.
+    ``vmap``: ``batch(size, func, args, batched, **kwargs)``, taking the argument types
+      in ``itemwise`` item by item.
+    """
+
+    # (class attributes: the defaults, which ``define`` overrides per primitive; a
+    # subclass may give a method instead, a per-call primitive's jvp)
+    vjps = scalar_vjps = partials = form = trace = jvp = batch = None
+    diagonal = constant = shape_only = linear = False
+    itemwise = ()
+
+    def __init__(self, func=None):
+        self.func = func
+
+    def __repr__(self):
+        return f"Primitive({getattr(self.func, '__name__', self.func)!r})"
+
+
+# What a function without rules has: every field None (``PRIMITIVES.get(f, NO_RULES)``).
+NO_RULES = Primitive()
+
+# function -> its Primitive.  ``np.ufunc`` stands for every ufunc's call and
+# ``(np.ufunc, method)`` for a ufunc method, where a batching rule serves them all.
+PRIMITIVES = {}
+
+
+def primitive_of(func):
+    """``func``'s :class:`Primitive`: registered, or ``func`` itself when it is one (a
+    rule's per-call closure with rules of its own), else None."""
+    found = PRIMITIVES.get(func)
+    if found is None and isinstance(func, Primitive):
+        return func
+    return found
+
+
+_TRACING = ("vjps", "trace", "constant")
+
+
+def define(*funcs, vjps=None, scalar_vjps=None, partials=None, form=None, diagonal=None,
+           trace=None, constant=False, shape_only=False, jvp=None, linear=False,
+           batch=None, itemwise=()):
+    """Describe each of ``funcs`` (the fields of :class:`Primitive`); a rule module
+    describes what it knows, another module may add another transformation's rule
+    later.  ``diagonal`` defaults to True where ``scalar_vjps`` are given (elementwise
+    ufuncs)."""
+    if (scalar_vjps is not None or partials is not None or form is not None) and vjps is None:
+        raise TypeError("define: scalar_vjps=, partials= and form= go with vjps=")
+    if shape_only and not constant:
+        raise TypeError("define: shape_only=True goes with constant=True")
+    if jvp is not None and linear:
+        raise TypeError("define: give jvp= or linear=True, not both")
+    given = {kind for kind, value in zip(_TRACING, (vjps, trace, constant))
+             if value is not None and value is not False}
+    for func in funcs:
+        p = PRIMITIVES.get(func)
+        if p is None:
+            p = PRIMITIVES[func] = Primitive(func)
+        had = {kind for kind in _TRACING if getattr(p, kind) not in (None, False)}
+        if len(given | had) > 1:
+            raise TypeError(f"define({func!r}): at most one of vjps=, trace=, constant=True "
+                            f"(given {sorted(given)}, defined before: {sorted(had)})")
+        if vjps is not None:
+            p.vjps = tuple(vjps)
+            p.scalar_vjps = tuple(vjps if scalar_vjps is None else scalar_vjps)
+            p.partials, p.form = partials, form
+            p.diagonal = bool(diagonal or diagonal is None and scalar_vjps is not None)
+        if trace is not None:
+            p.trace = trace
+        if constant:
+            p.constant, p.shape_only = True, shape_only
+        if jvp is not None or linear:
+            p.jvp, p.linear = jvp, linear
+        if batch is not None:
+            p.batch, p.itemwise = batch, itemwise
 
 
 class BackwardOperations:
@@ -50,86 +132,3 @@ class ScalarForm(NamedTuple):
     value: str
     partials: Optional[tuple] = None
     cotangents: Optional[tuple] = None
-
-
-def defjvp(func, jvp):
-    """Tell the forward mode how to push tangents through records of ``func`` (the
-    function a rule records: a ufunc, a NumPy function, or a rule's own closure):
-    ``jvp(tangents, ans, *args, **kwargs)``, ``tangents`` one per argument (None where
-    the argument is a constant or has no tangent), returns the output's tangent.
-    Without one, a record's tangent comes from its vjps: elementwise ones (ufuncs)
-    directly, any other by transposing the vjp (a reverse pass over it, slower)."""
-    JVP_RULES[func] = jvp
-
-
-def defbatch(rule, *funcs, itemwise=()):
-    """Tell ``vmap`` how to compute each of ``funcs`` on batched values (see
-    :mod:`.batching`): ``rule(size, func, args, batched, **kwargs)``, ``args`` the
-    arguments with each batched value as its stack of ``size`` examples along axis 0,
-    ``batched`` a bool per argument, returns the result with the batch along axis 0
-    (or a :class:`.batching.Unbatched`).  An argument whose type is in ``itemwise``
-    (``(list, tuple)`` for np.stack's arrays, ``(tuple,)`` for an index's parts) is
-    taken item by item, with a tuple of flags; any other list is an array constant.
-    ``np.ufunc`` stands for every ufunc's call, ``(np.ufunc, method)`` for a ufunc
-    method (``reduce``: ``ufunc=`` among the keywords)."""
-    for func in funcs:
-        BATCH_RULES[func] = rule
-        if itemwise:
-            BATCH_ITEMWISE[func] = itemwise
-
-
-def deflinear(*funcs):
-    """Each of ``funcs`` is linear in its differentiable arguments jointly (a reshape,
-    a sum, an index, a concatenation): its tangent is the function of the tangents,
-    a constant among those arguments as zeros, the others (shapes, indices) kept."""
-    for func in funcs:
-        JVP_RULES[func] = LINEAR
-
-
-LINEAR = "linear"           # a JVP_RULES entry: see deflinear
-
-
-def defrule(func, *, vjps=None, scalar_vjps=None, partials=None, form=None, trace=None,
-            constant=False, shape_only=False, diagonal=None):
-    """Tell the core how to trace ``func``.  One of:
-
-    - ``vjps`` (a ufunc called on traced values, or reached through an operator): one
-      ``vjp(g, ans, *inputs)`` per input, giving that input's cotangent at its own
-      shape, or None where no gradient flows.  ``scalar_vjps``: the same for a call
-      whose inputs are all scalars (nothing to unbroadcast: the hot path of scalar
-      code; default ``vjps``).  ``partials``: for a two-input ufunc whose local
-      partials cost little, ``partials(x, y) -> (dx, dy)`` on scalars (either may be
-      None: no cheap form), or the pair itself when it is constant (``add``): the
-      record keeps them and the backward pass only multiplies.  ``form``: the same
-      rule as a :class:`ScalarForm`, for code that compiles it;
-    - ``trace`` (a NumPy function reached through ``__array_function__``, or a method):
-      called with ``func``'s arguments, boxes among them, it checks them and records
-      the call (:func:`dualbcast.core.box.apply`), or builds it from other traced
-      operations;
-    - ``constant=True``: ``func``'s result does not depend differentiably on its
-      inputs (a comparison, ``np.floor``, ``np.argmax``): computed on the values, it is
-      a constant, which a replay must check again — unless ``shape_only=True``: it
-      depends on the inputs' shapes and dtypes only (``np.shape``, ``np.zeros_like``).
-    """
-    given = (vjps is not None) + (trace is not None) + bool(constant)
-    if given != 1:
-        raise TypeError(f"defrule({func!r}): give exactly one of vjps=, trace=, constant=True")
-    if (scalar_vjps is not None or partials is not None or form is not None) and vjps is None:
-        raise TypeError(f"defrule({func!r}): scalar_vjps=, partials= and form= go with vjps=")
-    if shape_only and not constant:
-        raise TypeError(f"defrule({func!r}): shape_only=True goes with constant=True")
-    if vjps is not None:
-        if diagonal or diagonal is None and scalar_vjps is not None:
-            DIAGONAL.add(func)
-        UFUNC_VJPS[func] = tuple(vjps)
-        SCALAR_UFUNC_VJPS[func] = tuple(vjps if scalar_vjps is None else scalar_vjps)
-        if partials is not None:
-            SCALAR_LINEAR_PARTIALS[func] = partials
-        if form is not None:
-            SCALAR_FORMS[func] = form
-    elif trace is not None:
-        FUNCTION_RULES[func] = trace
-    else:
-        CONSTANTS.add(func)
-        if shape_only:
-            SHAPE_ONLY_FUNCTIONS.add(func)

@@ -47,7 +47,7 @@ import numba
 import numpy as np
 
 from ..core.operators import OPERATOR_UFUNCS
-from ..core.registry import SCALAR_FORMS, SCALAR_UFUNC_VJPS
+from ..core.registry import NO_RULES, PRIMITIVES
 from ..core.tape import LinearRecord
 from ..dual import make_dual, partials_of, value_of
 from ..kernel.loops import lane_sum
@@ -304,7 +304,7 @@ class Writer:
             ufunc = OPERATOR_UFUNCS.get(op) if type(op) is not np.ufunc else op
         except TypeError:               # a record's func need not be hashable
             raise NotFusable from None
-        form = SCALAR_FORMS.get(ufunc)
+        form = PRIMITIVES.get(ufunc, NO_RULES).form
         require(form is not None)
         return ufunc, form
 
@@ -342,7 +342,7 @@ class Writer:
         ufunc, form = self._form(record.func)
         require(form.cotangents is not None and not record.kwargs and not record.others
                 and type(self.values[out]) in _SCALARS
-                and tuple(record.vjps) == tuple(SCALAR_UFUNC_VJPS[ufunc]))
+                and tuple(record.vjps) == PRIMITIVES[ufunc].scalar_vjps)
         traced = dict(zip(argnums, parents))
         operands = [self._operand(out, i, value, traced) for i, value in enumerate(saved)]
         names = dict(zip("xy", operands))

@@ -24,7 +24,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_tuple
 
 from ..core.operators import OPERATOR_UFUNCS
-from ..core.registry import SCALAR_FORMS
+from ..core.registry import NO_RULES, PRIMITIVES
 from ..core.tape import Record, traced_positions
 from ..rules.common import scattered
 from ..rules.fast_nested import KernelLoop
@@ -75,7 +75,7 @@ def loop_form(record, values):
         return None
     try:
         special = _SPECIAL_FORMS.get(func)
-        form = SCALAR_FORMS.get(OPERATOR_UFUNCS.get(func, func))
+        form = PRIMITIVES.get(OPERATOR_UFUNCS.get(func, func), NO_RULES).form
     except TypeError:               # (a record's function need not be hashable)
         return None
     if special is not None and special[0]:      # (views: any layout)
@@ -374,7 +374,7 @@ def _sum_form(record, values):
     return None
 
 
-# The records that are no scalar form's (ufuncs' are: SCALAR_FORMS, beside their
+# The records that are no scalar form's (ufuncs' are: their primitives' forms, beside their
 # rules), by function: (whether its answer may be of any layout, its form's maker).
 _SPECIAL_FORMS = {scattered: (True, _scatter_form), operator.getitem: (True, _read_form),
                   np.where: (False, _select_form), take_rows: (False, _gather_form),

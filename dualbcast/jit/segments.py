@@ -37,7 +37,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..core.registry import UFUNC_VJPS
+from ..core.registry import PRIMITIVES
 from ..core.tape import Record, RuleRecord
 from ..kernel.products import CHUNK
 from ..rules.fast import kernel_map_rule
@@ -139,7 +139,7 @@ def _step(record, values, leaves, first, made, shape, arrays):
         elif record.func in (operator.pow, np.power) and not record.kwargs \
                 and record.argnums == (0,) and len(record.args) == 2 \
                 and type(record.args[1]) in (int, float) and record.args[1] == 2 \
-                and tuple(record.vjps) == UFUNC_VJPS[np.power]:
+                and tuple(record.vjps) == PRIMITIVES[np.power].vjps:
             step_kind = _SQUARE
         else:
             return None, shape

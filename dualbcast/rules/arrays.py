@@ -6,7 +6,7 @@ All are linear in the traced array, so each backward is another rearrangement of
 cotangent, written with NumPy functions that have rules (differentiable again), or a
 primitive of this module whose own rule is the forward operation (the diagonal's
 embedding); and each forward-mode tangent is the operation applied to the tangent
-(``deflinear``), but for ``sort``'s: the tangent gathered by the sorting permutation.
+(``linear=True``), but for ``sort``'s: the tangent gathered by the sorting permutation.
 Integer indices that may repeat (``take``, ``take_along_axis``, ``repeat`` with
 per-element counts) send back a :class:`SparseCotangent`: the core's scatter-add
 (``np.add.at`` semantics, as integer-array indexing does).  Array arguments that are
@@ -17,14 +17,14 @@ from numpy.lib.array_utils import normalize_axis_index
 
 from ..core.box import apply, constant, inner_foreign, unbox
 from ..core.tape import Traced
-from ..core.registry import deflinear, defjvp, defrule
+from ..core.registry import define
 from ..core.tape import SparseCotangent
 from .common import constant_dtype, no_out, numpy_only
 
 
 def _register(func):
     def decorate(rule):
-        defrule(func, trace=rule)
+        define(func, trace=rule)
         return rule
     return decorate
 
@@ -38,7 +38,7 @@ def _triangle(func):
 
     def rule(m, k=0):
         return apply(func, (vjp,), (m,), {"k": k})
-    defrule(func, trace=rule)
+    define(func, trace=rule)
 
 
 _triangle(np.triu)
@@ -309,6 +309,6 @@ def _pad_vjp_values(g, ans, array, pad_width, constant_values):
 
 
 # Forward mode: linear in the traced array (pad: in the array and the fill value).
-deflinear(np.triu, np.tril, np.diagonal, _embedded_diagonal, np.take, _take, np.take_along_axis,
-          np.roll, np.repeat, np.tile, _padded)
-defjvp(np.sort, _sort_jvp)
+define(np.triu, np.tril, np.diagonal, _embedded_diagonal, np.take, _take, np.take_along_axis,
+       np.roll, np.repeat, np.tile, _padded, linear=True)
+define(np.sort, jvp=_sort_jvp)

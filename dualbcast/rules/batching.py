@@ -18,7 +18,7 @@ import operator
 import numpy as np
 
 from ..core.box import _as_kind
-from ..core.registry import defbatch
+from ..core.registry import define
 from ..core.tape import Traced
 from .common import nan_safe_product, nan_safe_sum, where_value
 
@@ -107,15 +107,15 @@ def elementwise(size, func, args, batched, **kwargs):
     return func(*(_aligned(v, b, ndim) for v, b in zip(args, batched)), **kwargs)
 
 
-defbatch(elementwise, np.ufunc, nan_safe_product, nan_safe_sum, where_value, np.isclose,
-         np.round, np.around)
+define(np.ufunc, nan_safe_product, nan_safe_sum, where_value, np.isclose, np.round, np.around,
+       batch=elementwise)
 
 
 def astype(size, func, args, batched, **kwargs):
     return args[0].astype(*args[1:], **kwargs)      # (the stack may be a tape's box)
 
 
-defbatch(astype, np.ndarray.astype)
+define(np.ndarray.astype, batch=astype)
 
 
 def same_stack(size, func, args, batched, **kwargs):
@@ -124,7 +124,7 @@ def same_stack(size, func, args, batched, **kwargs):
     return args[0]
 
 
-defbatch(same_stack, _as_kind)
+define(_as_kind, batch=same_stack)
 
 
 def where(size, func, args, batched, **kwargs):
@@ -135,8 +135,8 @@ def where(size, func, args, batched, **kwargs):
     return elementwise(size, func, args, batched, **kwargs)
 
 
-defbatch(where, np.where)
-defbatch(elementwise, np.clip)
+define(np.where, batch=where)
+define(np.clip, batch=elementwise)
 
 
 # ---------------------------------------------------------------------- reductions
@@ -165,11 +165,10 @@ def _flattening(keyword="axis", default=None):
     return rule
 
 
-defbatch(reduction, np.sum, np.mean, np.prod, np.max, np.min, np.amax, np.amin, np.var,
-         np.std, np.any, np.all, np.count_nonzero, np.nansum, np.nanmean, np.nanmax,
-         np.nanmin)
-defbatch(_flattening(), np.argmax, np.argmin, np.cumsum, np.cumprod)
-defbatch(_flattening(default=-1), np.sort, np.argsort)
+define(np.sum, np.mean, np.prod, np.max, np.min, np.amax, np.amin, np.var, np.std, np.any, np.all,
+       np.count_nonzero, np.nansum, np.nanmean, np.nanmax, np.nanmin, batch=reduction)
+define(np.argmax, np.argmin, np.cumsum, np.cumprod, batch=_flattening())
+define(np.sort, np.argsort, batch=_flattening(default=-1))
 
 
 def ufunc_reduce(size, func, args, batched, ufunc, axis=0, **kwargs):
@@ -196,9 +195,9 @@ def ufunc_outer(size, func, args, batched, ufunc, **kwargs):
     return ufunc(a, b, **kwargs)
 
 
-defbatch(ufunc_reduce, (np.ufunc, "reduce"))
-defbatch(ufunc_accumulate, (np.ufunc, "accumulate"))
-defbatch(ufunc_outer, (np.ufunc, "outer"))
+define((np.ufunc, "reduce"), batch=ufunc_reduce)
+define((np.ufunc, "accumulate"), batch=ufunc_accumulate)
+define((np.ufunc, "outer"), batch=ufunc_outer)
 
 
 # ---------------------------------------------------------------------- shapes
@@ -368,24 +367,24 @@ def diagonal(size, func, args, batched, offset=0, axis1=0, axis2=1, **kwargs):
     return func(x, offset, _axis(axis1, ndim), _axis(axis2, ndim), **kwargs)
 
 
-defbatch(reshape, np.reshape)
-defbatch(ravel, np.ravel)
-defbatch(transpose, np.transpose)
-defbatch(swapaxes, np.swapaxes)
-defbatch(moveaxis, np.moveaxis)
-defbatch(squeeze, np.squeeze)
-defbatch(expand_dims, np.expand_dims)
-defbatch(broadcast_to, np.broadcast_to)
-defbatch(atleast, np.atleast_1d, np.atleast_2d)
-defbatch(copy, np.copy)
-defbatch(flip, np.flip)
-defbatch(roll, np.roll)
-defbatch(diff, np.diff)
-defbatch(pad, np.pad)
-defbatch(tile, np.tile)
-defbatch(repeat, np.repeat)
-defbatch(matrix_part, np.tril, np.triu)
-defbatch(diagonal, np.diagonal, np.trace)
+define(np.reshape, batch=reshape)
+define(np.ravel, batch=ravel)
+define(np.transpose, batch=transpose)
+define(np.swapaxes, batch=swapaxes)
+define(np.moveaxis, batch=moveaxis)
+define(np.squeeze, batch=squeeze)
+define(np.expand_dims, batch=expand_dims)
+define(np.broadcast_to, batch=broadcast_to)
+define(np.atleast_1d, np.atleast_2d, batch=atleast)
+define(np.copy, batch=copy)
+define(np.flip, batch=flip)
+define(np.roll, batch=roll)
+define(np.diff, batch=diff)
+define(np.pad, batch=pad)
+define(np.tile, batch=tile)
+define(np.repeat, batch=repeat)
+define(np.tril, np.triu, batch=matrix_part)
+define(np.diagonal, np.trace, batch=diagonal)
 
 
 # ---------------------------------------------------------------------- joining
@@ -421,7 +420,7 @@ def vstack(size, func, args, batched, **kwargs):
     return np.concatenate(items, axis=1, **kwargs)
 
 
-defbatch(concatenate, np.concatenate, itemwise=(list, tuple))
-defbatch(stack, np.stack, itemwise=(list, tuple))
-defbatch(hstack, np.hstack, itemwise=(list, tuple))
-defbatch(vstack, np.vstack, itemwise=(list, tuple))
+define(np.concatenate, batch=concatenate, itemwise=(list, tuple))
+define(np.stack, batch=stack, itemwise=(list, tuple))
+define(np.hstack, batch=hstack, itemwise=(list, tuple))
+define(np.vstack, batch=vstack, itemwise=(list, tuple))

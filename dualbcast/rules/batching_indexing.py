@@ -6,7 +6,7 @@ import operator
 
 import numpy as np
 
-from ..core.registry import defbatch
+from ..core.registry import define
 from ..core.tape import Traced
 from . import arrays as arrays_rules
 from .batching import _any, _axis, _flat, _lifted, _ndim, _shape
@@ -129,7 +129,7 @@ def _index_arrays_expanded(parts, flags, ndim):
     return out, out_flags
 
 
-defbatch(getitem, operator.getitem, itemwise=(tuple,))
+define(operator.getitem, batch=getitem, itemwise=(tuple,))
 
 
 def take(size, func, args, batched, axis=None, **kwargs):
@@ -179,10 +179,10 @@ def unravel_index(size, func, args, batched, **kwargs):
     return np.unravel_index(*args, **kwargs)      # elementwise in the indices
 
 
-defbatch(take, np.take)
-defbatch(unravel_index, np.unravel_index)
-defbatch(take_along_axis, np.take_along_axis)
-defbatch(searchsorted, np.searchsorted)
+define(np.take, batch=take)
+define(np.unravel_index, batch=unravel_index)
+define(np.take_along_axis, batch=take_along_axis)
+define(np.searchsorted, batch=searchsorted)
 
 
 def scattered_rule(size, func, args, batched):
@@ -231,7 +231,7 @@ def _scattered_per_example(size, values, parts, flags, shape, dtype):
     return np.reshape(total, (size,) + tuple(shape))
 
 
-defbatch(scattered_rule, scattered, itemwise=(tuple,))
+define(scattered, batch=scattered_rule, itemwise=(tuple,))
 
 
 def embedded_diagonal(size, func, args, batched, shape, offset, axis1, axis2):
@@ -242,4 +242,4 @@ def embedded_diagonal(size, func, args, batched, shape, offset, axis1, axis2):
                 _axis(axis1, ndim), _axis(axis2, ndim))
 
 
-defbatch(embedded_diagonal, arrays_rules._embedded_diagonal)
+define(arrays_rules._embedded_diagonal, batch=embedded_diagonal)

@@ -6,7 +6,7 @@ import string
 import numpy as np
 
 from ..core.batching import Unbatched
-from ..core.registry import defbatch
+from ..core.registry import define
 from . import linalg as linalg_rules
 from .batching import _aligned, _axes, _first_and_rest, _flat, _lifted, _ndim, _shape, \
     _only_first, elementwise, ufunc_outer
@@ -112,11 +112,11 @@ def outer(size, func, args, batched):
     return ufunc_outer(size, None, (a, b), (ba, bb), np.multiply)
 
 
-defbatch(matmul, np.matmul)
-defbatch(dot, np.dot)
-defbatch(einsum, np.einsum)
-defbatch(tensordot, np.tensordot)
-defbatch(outer, np.outer)
+define(np.matmul, batch=matmul)
+define(np.dot, batch=dot)
+define(np.einsum, batch=einsum)
+define(np.tensordot, batch=tensordot)
+define(np.outer, batch=outer)
 
 
 # ---------------------------------------------------------------------- linear algebra
@@ -149,9 +149,9 @@ def norm(size, func, args, batched, ord=None, axis=None, keepdims=False):
     return np.linalg.norm(x, ord, _axes(axis, ndim), keepdims)
 
 
-defbatch(stacked_matrices, np.linalg.inv, np.linalg.det, np.linalg.slogdet)
-defbatch(solve, np.linalg.solve)
-defbatch(norm, np.linalg.norm)
+define(np.linalg.inv, np.linalg.det, np.linalg.slogdet, batch=stacked_matrices)
+define(np.linalg.solve, batch=solve)
+define(np.linalg.norm, batch=norm)
 
 
 def whole_batch(size, func, args, batched):
@@ -166,8 +166,8 @@ def stacked(size, func, args, batched):
     return func(*(_lifted(size, x, b) for x, b in zip(args, batched)))
 
 
-defbatch(whole_batch, linalg_rules._well_conditioned)
-defbatch(stacked, linalg_rules._lift, linalg_rules._det_local)
+define(linalg_rules._well_conditioned, batch=whole_batch)
+define(linalg_rules._lift, linalg_rules._det_local, batch=stacked)
 
 
 def matrix_axes(size, func, args, batched, ord=None, axes=None):
@@ -178,4 +178,4 @@ def matrix_axes(size, func, args, batched, ord=None, axes=None):
                 axes=_axes(tuple(axes), ndim))
 
 
-defbatch(matrix_axes, linalg_rules._svd_norm_gradient, linalg_rules._svd_norm_hessian_product)
+define(linalg_rules._svd_norm_gradient, linalg_rules._svd_norm_hessian_product, batch=matrix_axes)

@@ -8,7 +8,7 @@ import numpy as np
 from ..core.box import SCALARS, Box, apply, call_function, inner_foreign
 from ..foreign import is_dask_array
 from ..core.tape import Traced, ignore_float_errors, restore_float_errors
-from ..core.registry import BACKWARD_OPERATIONS, ScalarForm, defjvp, deflinear, defrule
+from ..core.registry import BACKWARD_OPERATIONS, ScalarForm, define
 from ..core.scatter import scatter_add
 from ..kernel.products import nan_safe_multiply, scaled_sum
 
@@ -160,7 +160,7 @@ def _nan_safe_sum_vjp(factor, position):
 # (each argument's cotangent: the cotangent times the factor it multiplies)
 _NAN_SAFE_SUM_VJPS = (_nan_safe_sum_vjp(1, 0), _nan_safe_sum_vjp(0, 1),
                       _nan_safe_sum_vjp(3, 2), _nan_safe_sum_vjp(2, 3))
-defrule(nan_safe_sum, vjps=_NAN_SAFE_SUM_VJPS, diagonal=True)
+define(nan_safe_sum, vjps=_NAN_SAFE_SUM_VJPS, diagonal=True)
 
 _NAN_SAFE_SCALAR_VJPS = (lambda g, ans, x, local: nan_safe(g, local),
                          lambda g, ans, x, local: nan_safe(g, x))
@@ -169,9 +169,8 @@ _NAN_SAFE_VJPS = (lambda g, ans, x, local: unbroadcast(nan_safe(g, local), shape
 # (its form: the product, which is the NaN-safe one wherever it is finite; a compiled
 # loop hands a non-finite value back to this function, which meets NumPy's error
 # settings as the eager call does)
-defrule(nan_safe_product, vjps=_NAN_SAFE_VJPS, scalar_vjps=_NAN_SAFE_SCALAR_VJPS,
-        form=ScalarForm("{x} * {y}"))
-defjvp(nan_safe_product, _nan_safe_product_jvp)
+define(nan_safe_product, vjps=_NAN_SAFE_VJPS, scalar_vjps=_NAN_SAFE_SCALAR_VJPS,
+       form=ScalarForm("{x} * {y}"), jvp=_nan_safe_product_jvp)
 
 
 def where_value(mask_of, a, b, x, y=0.0):
@@ -216,7 +215,7 @@ _WHERE_VALUE_VJPS = (
                                                     shape_of(b)),
     lambda g, ans, mask_of, a, b, x, y: _zero_like(x),
     lambda g, ans, mask_of, a, b, x, y: _zero_like(y))
-defrule(where_value, vjps=_WHERE_VALUE_VJPS)
+define(where_value, vjps=_WHERE_VALUE_VJPS)
 
 
 def _where_value_jvp(tangents, ans, mask_of, a, b, x, y):
@@ -227,7 +226,7 @@ def _where_value_jvp(tangents, ans, mask_of, a, b, x, y):
                        x, y)
 
 
-defjvp(where_value, _where_value_jvp)
+define(where_value, jvp=_where_value_jvp)
 
 
 def dense_cotangent(sparse, primal):
@@ -267,7 +266,7 @@ def scattered(values, index, repeats, shape, dtype):
 _SCATTERED_VJPS = (lambda g, ans, values, index, *_: unbroadcast(gather(g, index),
                                                                  shape_of(values)),
                    None, None, None, None)
-deflinear(scattered)
+define(scattered, linear=True)
 BACKWARD_OPERATIONS.product = nan_safe
 BACKWARD_OPERATIONS.dense = dense_cotangent
 

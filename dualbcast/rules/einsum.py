@@ -9,7 +9,7 @@ import string
 import numpy as np
 
 from ..core.box import apply, constant, unbox
-from ..core.registry import defjvp, defrule
+from ..core.registry import define
 from .common import constant_dtype, no_out
 from .linalg import multilinear
 
@@ -149,7 +149,6 @@ def _tensordot_rule(a, b, axes=2):
     return apply(np.tensordot, (_tensordot_vjp_a, _tensordot_vjp_b), (a, b), {"axes": axes})
 
 
-defrule(np.einsum, trace=_einsum_rule)
-defrule(np.tensordot, trace=_tensordot_rule)
-defjvp(_einsum, multilinear(_einsum))
-defjvp(np.tensordot, multilinear(np.tensordot))
+define(np.einsum, trace=_einsum_rule)
+define(np.tensordot, trace=_tensordot_rule, jvp=multilinear(np.tensordot))
+define(_einsum, jvp=multilinear(_einsum))

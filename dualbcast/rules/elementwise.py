@@ -14,7 +14,7 @@ side at a tie, and a zero cotangent meeting an infinite local derivative gives 0
 import numpy as np
 
 from ..core.box import SCALARS
-from ..core.registry import ScalarForm, defrule
+from ..core.registry import ScalarForm, define
 from ..core.tape import ignore_float_errors, restore_float_errors
 from .common import abs_value, nan_safe, positive, shape_of, unbroadcast, where_value
 
@@ -33,13 +33,13 @@ def _reduced(vjp, position):
 def elementwise(ufunc, *vjps, partials=None, form=None):
     """Register an elementwise ufunc's VJPs (None: no gradient through that input),
     its cheap scalar ``partials`` and its scalar ``form`` if it has them (see
-    :func:`~dualbcast.core.registry.defrule`; else its value's form in
+    :func:`~dualbcast.core.registry.define`; else its value's form in
     :data:`_VALUES`)."""
     if form is None and ufunc in _VALUES:
         form = ScalarForm(_VALUES[ufunc])
-    defrule(ufunc, vjps=[None if vjp is None else _reduced(vjp, i)
-                         for i, vjp in enumerate(vjps)],
-            scalar_vjps=vjps, partials=partials, form=form)
+    define(ufunc, vjps=[None if vjp is None else _reduced(vjp, i)
+                        for i, vjp in enumerate(vjps)],
+           scalar_vjps=vjps, partials=partials, form=form)
 
 
 # The value per element of these ufuncs, for compiled loops over staged programs
@@ -254,4 +254,4 @@ for _ufunc in (np.floor, np.ceil, np.trunc, np.rint, np.sign, np.signbit, np.flo
                np.greater, np.greater_equal, np.equal, np.not_equal, np.logical_and,
                np.logical_or, np.logical_xor, np.logical_not, np.invert, np.bitwise_and,
                np.bitwise_or, np.bitwise_xor):
-    defrule(_ufunc, constant=True)
+    define(_ufunc, constant=True)

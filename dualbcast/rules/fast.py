@@ -57,7 +57,7 @@ def _reverse_kernel_call(tape, rule_type, kernel, mode, args, values, parents, a
     if not plain(values):           # traced by enclosing traces too: second order
         value, partials = nested_outputs(kernel, mode, values, active)
         rule = NestedKernelRule(kernel, mode, active, partials)
-        return record(tape, value, parents, active, rule.vjps(len(values)), tuple(values),
+        return record(tape, value, parents, active, rule.vjps_of(len(values)), tuple(values),
                       _NO_KWARGS, rule)
     rule = rule_type(kernel, active)
     try:

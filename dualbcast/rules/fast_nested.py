@@ -29,6 +29,7 @@ from ..core.box import Box, inner_foreign, keep, record, trace_inputs
 from ..core.tape import Traced
 from .fast_batched import batched_loop
 from ..core.forward import ForwardTape, forward_result
+from ..core.registry import Primitive
 from ..core.staging import staged_call, staging_only
 from .common import nan_safe, shape_of, unbroadcast
 
@@ -114,25 +115,24 @@ def _forward_outputs(kernel, mode, values, active, tape):
         forward_result(tape, p, t) for p, t in zip(partials, partial_tangents))
 
 
-class NestedKernelRule:
-    """What the inner trace records for a kernel call whose value and partials
-    (``partials``, per ``active`` position) an enclosing trace records: its vjps are
-    the cotangent times a partial (NaN-safe, as traced operations), summed to the
-    argument's shape; its ``record_jvp`` (the inner trace a forward-mode one) the
-    tangents times the partials."""
+class NestedKernelRule(Primitive):
+    """The primitive the inner trace records for a kernel call whose value and
+    partials (``local``, per ``active`` position) an enclosing trace records: its vjps
+    are the cotangent times a partial (NaN-safe, as traced operations), summed to the
+    argument's shape; its jvp (the inner trace a forward-mode one) the tangents times
+    the partials."""
 
-    __slots__ = ("kernel", "mode", "active", "partials")
-
-    def __init__(self, kernel, mode, active, partials):
-        self.kernel, self.mode, self.active, self.partials = kernel, mode, active, partials
+    def __init__(self, kernel, mode, active, local):
+        super().__init__()
+        self.kernel, self.mode, self.active, self.local = kernel, mode, active, local
 
     @property
     def __name__(self):
         return f"{self.kernel.__name__} ({self.mode}, second order)"
 
-    def vjps(self, nargs):
+    def vjps_of(self, nargs):
         vjps = [None] * nargs
-        for i, partial in zip(self.active, self.partials):
+        for i, partial in zip(self.active, self.local):
             vjps[i] = self._vjp(i, partial)
         return vjps
 
@@ -141,9 +141,9 @@ class NestedKernelRule:
             return lambda g, ans, *args: unbroadcast(nan_safe(g, partial), shape_of(args[i]))
         return lambda g, ans, *args: nan_safe(g, partial)
 
-    def record_jvp(self, tangents, ans, *values):
+    def jvp(self, tangents, ans, *values):
         total = None
-        for i, partial in zip(self.active, self.partials):
+        for i, partial in zip(self.active, self.local):
             t = tangents[i]
             if t is None:
                 continue

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..core.box import Box, apply, constant, inner_foreign, unbox
 from ..core.tape import Traced
-from ..core.registry import defjvp, defrule
+from ..core.registry import define
 from .common import as_array, nan_safe, no_out, shape_of, unbroadcast
 
 
@@ -54,7 +54,7 @@ def _matmul_vjp_b(g, ans, a, b):
     return unbroadcast(np.swapaxes(a2, -1, -2) @ g2, np.shape(b2)).reshape(np.shape(b))
 
 
-defrule(np.matmul, vjps=(_matmul_vjp_a, _matmul_vjp_b))
+define(np.matmul, vjps=(_matmul_vjp_a, _matmul_vjp_b))
 
 
 # The cotangent of ``w`` in ``X @ w``, a tall design matrix ``X`` (n, p): ``X.T @ g``.
@@ -95,7 +95,7 @@ def tall_transposed_product(a, g):
 # (its derivatives: a product, linear in each of a and g)
 _TALL_VJPS = (lambda ct, ans, a, g: g @ np.swapaxes(ct, -1, -2),
               lambda ct, ans, a, g: a @ ct)
-defjvp(tall_transposed_product, multilinear(tall_transposed_product))
+define(tall_transposed_product, jvp=multilinear(tall_transposed_product))
 
 
 def _dot_rule(a, b, out=None):
@@ -121,10 +121,10 @@ def _outer_rule(a, b, out=None):
     return apply(np.outer, (_outer_vjp_a, _outer_vjp_b), (a, b))
 
 
-defrule(np.dot, trace=_dot_rule)
-defrule(np.outer, trace=_outer_rule)
+define(np.dot, trace=_dot_rule)
+define(np.outer, trace=_outer_rule)
 for _product in (np.matmul, operator.matmul, np.dot, np.outer):     # (x @ y: operator's)
-    defjvp(_product, multilinear(_product))
+    define(_product, jvp=multilinear(_product))
 
 
 # ------------------------------------------------------------------ solve, inv, det
@@ -326,14 +326,12 @@ def _slogdet_rule(a):
     return _SlogdetResult(constant(_sign_of_det, (a,)), apply(_logabsdet, (_slogdet_vjp,), (a,)))
 
 
-defrule(np.linalg.solve, trace=_solve_rule)
-defrule(np.linalg.inv, trace=lambda a: apply(np.linalg.inv, (_inv_vjp,), (a,)))
-defrule(np.linalg.det, trace=lambda a: apply(np.linalg.det, (_det_vjp,), (a,)))
-defrule(np.linalg.slogdet, trace=_slogdet_rule)
-defjvp(np.linalg.solve, _solve_jvp)
-defjvp(np.linalg.inv, lambda tangents, ans, a: -(ans @ tangents[0] @ ans))   # -A^-1 dA A^-1
-defjvp(np.linalg.det, _det_jvp)
-defjvp(_logabsdet, _slogdet_jvp)
+define(np.linalg.solve, trace=_solve_rule, jvp=_solve_jvp)
+define(np.linalg.inv, trace=lambda a: apply(np.linalg.inv, (_inv_vjp,), (a,)),
+       jvp=lambda tangents, ans, a: -(ans @ tangents[0] @ ans))       # -A^-1 dA A^-1
+define(np.linalg.det, trace=lambda a: apply(np.linalg.det, (_det_vjp,), (a,)), jvp=_det_jvp)
+define(np.linalg.slogdet, trace=_slogdet_rule)
+define(_logabsdet, jvp=_slogdet_jvp)
 
 
 # ------------------------------------------------------------------ norm
@@ -514,10 +512,9 @@ def _svd_norm_hessian_jvp(tangents, ans, x, e, ord, axes):
     return _svd_norm_hessian_times(x, tangents[1], ord, axes)
 
 
-defjvp(_svd_norm_gradient, lambda tangents, ans, x, ord, axes:
-       _svd_norm_hessian_times(x, tangents[0], ord, axes))
-defjvp(_svd_norm_hessian_product, _svd_norm_hessian_jvp)
+define(_svd_norm_gradient,
+       jvp=lambda tangents, ans, x, ord, axes: _svd_norm_hessian_times(x, tangents[0], ord, axes))
+define(_svd_norm_hessian_product, jvp=_svd_norm_hessian_jvp)
 
 
-defrule(np.linalg.norm, trace=_norm_rule)
-defjvp(np.linalg.norm, _norm_jvp)
+define(np.linalg.norm, trace=_norm_rule, jvp=_norm_jvp)

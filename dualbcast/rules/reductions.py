@@ -9,7 +9,7 @@ import numpy as np
 
 from ..core.box import apply, constant
 from ..core.tape import Traced
-from ..core.registry import LINEAR, defjvp, defrule
+from ..core.registry import define
 from .common import (as_array, broadcast_lazily, constant_dtype, is_lazy, nan_safe, no_out,
                      shape_of)
 
@@ -208,7 +208,8 @@ _WHOLE = {"axis": None, "keepdims": False}
 
 def _reduction(func, vjp, jvp, computed_by=None):
     """The rule of a reduction, recording ``computed_by`` (default ``func``) with its
-    ``vjp``, and its ``jvp`` for forward mode (LINEAR: the reduction of the tangent)."""
+    ``vjp``, and its ``jvp`` for forward mode (None: it is linear, the reduction of the
+    tangent)."""
     name = func.__name__
     computed_by = computed_by or func
 
@@ -221,22 +222,21 @@ def _reduction(func, vjp, jvp, computed_by=None):
         if constant_dtype(name, dtype):
             return constant(func, (a,), kwargs)
         return apply(computed_by, (vjp,), (a,), kwargs)
-    defrule(func, trace=rule)
-    defjvp(computed_by, jvp)
+    define(func, trace=rule)
+    define(computed_by, jvp=jvp, linear=jvp is None)
 
 
-_reduction(np.sum, _sum_vjp, LINEAR, computed_by=summed)
-_reduction(np.mean, _mean_vjp, LINEAR)
+_reduction(np.sum, _sum_vjp, None, computed_by=summed)
+_reduction(np.mean, _mean_vjp, None)
 _reduction(np.prod, _prod_vjp, _prod_jvp)
 for _f in (np.max, np.amax, np.min, np.amin):
     _reduction(_f, _extremum_vjp, _extremum_jvp)
 
 
 def _cumulative(func, vjp, jvp):
-    """The rule of a cumulative reduction (``np.cumsum``, ``np.cumprod``), and its
-    ``jvp`` registered (as :func:`_reduction`)."""
+    """The rule of a cumulative reduction (``np.cumsum``, ``np.cumprod``) and its
+    ``jvp`` (as :func:`_reduction`)."""
     name = func.__name__
-    defjvp(func, jvp)
 
     def rule(a, axis=None, dtype=None, out=None):
         _reject(name, out)
@@ -244,7 +244,7 @@ def _cumulative(func, vjp, jvp):
         if constant_dtype(name, dtype):
             return constant(func, (a,), kwargs)
         return apply(func, (vjp,), (a,), kwargs)
-    return rule
+    define(func, trace=rule, jvp=jvp, linear=jvp is None)
 
 
 def _var_rule(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **unsupported):
@@ -263,7 +263,7 @@ def _std_rule(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **unsu
     return np.sqrt(_var_rule(a, axis=axis, ddof=ddof, keepdims=keepdims))
 
 
-defrule(np.cumsum, trace=_cumulative(np.cumsum, _cumsum_vjp, LINEAR))
-defrule(np.cumprod, trace=_cumulative(np.cumprod, _cumprod_vjp, _cumprod_jvp))
-defrule(np.var, trace=_var_rule)        # (var and std record what they are made of)
-defrule(np.std, trace=_std_rule)
+_cumulative(np.cumsum, _cumsum_vjp, None)
+_cumulative(np.cumprod, _cumprod_vjp, _cumprod_jvp)
+define(np.var, trace=_var_rule)        # (var and std record what they are made of)
+define(np.std, trace=_std_rule)

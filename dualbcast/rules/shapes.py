@@ -2,7 +2,7 @@
 concatenation, stacking, ``where``, ``clip`` and casts.  All linear, so each backward
 is the matching reshape, transpose, slice or scatter of the cotangent (operations with
 rules of their own: differentiable again), and each forward-mode tangent is the
-operation itself applied to the tangents (``deflinear``)."""
+operation itself applied to the tangents (``linear=True``)."""
 import functools
 import operator
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from ..core.box import Box, apply, constant, keep, unbox
 from ..core.tape import Traced
-from ..core.registry import deflinear, defrule
+from ..core.registry import define
 from ..core.tape import SparseCotangent
 from ..foreign import is_dask_array
 from .common import constant_dtype, is_lazy, no_out, unbroadcast
@@ -18,7 +18,7 @@ from .common import constant_dtype, is_lazy, no_out, unbroadcast
 
 def _register(func):
     def decorate(rule):
-        defrule(func, trace=rule)
+        define(func, trace=rule)
         return rule
     return decorate
 
@@ -77,20 +77,20 @@ def _transpose_vjp(g, ans, a, axes=None):
     return np.transpose(g, np.argsort([axis % np.ndim(a) for axis in axes]))
 
 
-defrule(np.reshape, trace=_reshape_rule)
-defrule(np.ravel, trace=_ravel_rule)
-defrule(np.transpose, trace=_linear(np.transpose, _transpose_vjp))
-defrule(np.swapaxes, trace=_linear(
+define(np.reshape, trace=_reshape_rule)
+define(np.ravel, trace=_ravel_rule)
+define(np.transpose, trace=_linear(np.transpose, _transpose_vjp))
+define(np.swapaxes, trace=_linear(
     np.swapaxes, lambda g, ans, a, axis1, axis2: np.swapaxes(g, axis1, axis2)))
-defrule(np.moveaxis, trace=_linear(
+define(np.moveaxis, trace=_linear(
     np.moveaxis, lambda g, ans, a, source, destination: np.moveaxis(g, destination, source)))
-defrule(np.expand_dims, trace=_linear(np.expand_dims, _to_shape_of))
-defrule(np.squeeze, trace=_linear(np.squeeze, _to_shape_of))
-defrule(np.broadcast_to, trace=_linear(
+define(np.expand_dims, trace=_linear(np.expand_dims, _to_shape_of))
+define(np.squeeze, trace=_linear(np.squeeze, _to_shape_of))
+define(np.broadcast_to, trace=_linear(
     np.broadcast_to, lambda g, ans, a, shape, subok=False: unbroadcast(g, np.shape(a))))
-defrule(np.flip, trace=_linear(np.flip, lambda g, ans, m, axis=None: np.flip(g, axis)))
-defrule(np.atleast_1d, trace=lambda *arrays: _atleast(arrays, 1))
-defrule(np.atleast_2d, trace=lambda *arrays: _atleast(arrays, 2))
+define(np.flip, trace=_linear(np.flip, lambda g, ans, m, axis=None: np.flip(g, axis)))
+define(np.atleast_1d, trace=lambda *arrays: _atleast(arrays, 1))
+define(np.atleast_2d, trace=lambda *arrays: _atleast(arrays, 2))
 
 
 def _atleast(arrays, ndim):
@@ -272,8 +272,8 @@ def _joining(join, vjp):
         if constant_dtype(name, dtype):
             return constant(join, (list(arrays),), kwargs)
         return apply(joined, vjps(len(arrays)), arrays, kwargs)
-    defrule(join, trace=rule)
-    deflinear(joined)               # (what the rule records)
+    define(join, trace=rule)
+    define(joined, linear=True)               # (what the rule records)
     return rule
 
 
@@ -334,9 +334,9 @@ def _clip_rule(a, a_min=None, a_max=None, out=None, *, min=None, max=None, **kwa
 
 
 # Forward mode: each of these is linear in its traced arguments (np.where in x and y).
-deflinear(np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.expand_dims,
-          np.squeeze, np.broadcast_to, np.flip, _cast, operator.getitem, np.where,
-          _getitem_by_parts, take_rows)
+define(np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.expand_dims, np.squeeze,
+       np.broadcast_to, np.flip, _cast, operator.getitem, np.where, _getitem_by_parts, take_rows,
+       linear=True)
 
 
 # Results that depend on traced values but not differentiably (indices, masks, rounding,
@@ -350,4 +350,4 @@ for _func in (np.shape, np.ndim, np.size, np.result_type, np.argmax, np.argmin, 
               np.array_equal, np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.any,
               np.all, np.sign, np.round, np.around, np.floor, np.ceil, np.isnan, np.isfinite,
               np.isinf, np.searchsorted, np.iscomplexobj, np.isrealobj):
-    defrule(_func, constant=True, shape_only=_func in _SHAPE_ONLY)
+    define(_func, constant=True, shape_only=_func in _SHAPE_ONLY)
