@@ -40,6 +40,7 @@ class BatchTrace:
     __slots__ = ("size", "level", "outer", "closed")
     recorder = None
     describe = "vmap"
+    kernel_rule = None              # how a kernel call on its values runs (rules)
 
     def __init__(self, size):
         self.size = size

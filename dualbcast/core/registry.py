@@ -29,11 +29,13 @@ class Primitive:
       ``linear``: its tangent is ``func`` of the tangents.
     ``vmap``: ``batch(size, func, args, batched, **kwargs)``, taking the argument types
       in ``itemwise`` item by item.
+    Compiled loops (``dualbcast.jit``, which defines it): ``loop_form``, ``(any_layout,
+      maker)`` for a record that is no ufunc's scalar ``form``.
     """
 
     # (class attributes: the defaults, which ``define`` overrides per primitive; a
     # subclass may give a method instead, a per-call primitive's jvp)
-    vjps = scalar_vjps = partials = form = trace = jvp = batch = None
+    vjps = scalar_vjps = partials = form = trace = jvp = batch = loop_form = None
     diagonal = constant = shape_only = linear = False
     itemwise = ()
 
@@ -66,7 +68,7 @@ _TRACING = ("vjps", "trace", "constant")
 
 def define(*funcs, vjps=None, scalar_vjps=None, partials=None, form=None, diagonal=None,
            trace=None, constant=False, shape_only=False, jvp=None, linear=False,
-           batch=None, itemwise=()):
+           batch=None, itemwise=(), loop_form=None):
     """Describe each of ``funcs`` (the fields of :class:`Primitive`); a rule module
     describes what it knows, another module may add another transformation's rule
     later.  ``diagonal`` defaults to True where ``scalar_vjps`` are given (elementwise
@@ -100,6 +102,8 @@ def define(*funcs, vjps=None, scalar_vjps=None, partials=None, form=None, diagon
             p.jvp, p.linear = jvp, linear
         if batch is not None:
             p.batch, p.itemwise = batch, itemwise
+        if loop_form is not None:
+            p.loop_form = loop_form
 
 
 class BackwardOperations:

@@ -24,7 +24,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_tuple
 
 from ..core.operators import OPERATOR_UFUNCS
-from ..core.registry import NO_RULES, PRIMITIVES
+from ..core.registry import NO_RULES, PRIMITIVES, define
 from ..core.tape import Record, traced_positions
 from ..rules.common import scattered
 from ..rules.fast_nested import KernelLoop
@@ -74,7 +74,7 @@ def loop_form(record, values):
     if answer.dtype != _FLOAT64:
         return None
     try:
-        special = _SPECIAL_FORMS.get(func)
+        special = PRIMITIVES.get(func, NO_RULES).loop_form
         form = PRIMITIVES.get(OPERATOR_UFUNCS.get(func, func), NO_RULES).form
     except TypeError:               # (a record's function need not be hashable)
         return None
@@ -375,8 +375,10 @@ def _sum_form(record, values):
 
 
 # The records that are no scalar form's (ufuncs' are: their primitives' forms, beside their
-# rules), by function: (whether its answer may be of any layout, its form's maker).
-_SPECIAL_FORMS = {scattered: (True, _scatter_form), operator.getitem: (True, _read_form),
-                  np.where: (False, _select_form), take_rows: (False, _gather_form),
-                  np.maximum: (False, _extremum_form), np.minimum: (False, _extremum_form),
-                  np.sign: (False, _sign_form)}
+# rules): (whether its answer may be of any layout, its form's maker).
+define(scattered, loop_form=(True, _scatter_form))
+define(operator.getitem, loop_form=(True, _read_form))
+define(np.where, loop_form=(False, _select_form))
+define(take_rows, loop_form=(False, _gather_form))
+define(np.maximum, np.minimum, loop_form=(False, _extremum_form))
+define(np.sign, loop_form=(False, _sign_form))

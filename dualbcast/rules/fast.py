@@ -8,7 +8,7 @@ in the loop), so its backward only scales by the cotangent, in place when it may
 """
 import numpy as np
 
-from ..core.batching import Batched
+from ..core.batching import Batched, BatchTrace
 from ..core.box import Box, record, trace_inputs
 from ..core.tape import SCALARS, RuleRecord, Tape, Traced, raised
 from ..kernel.products import nan_safe_dot
@@ -30,11 +30,15 @@ def traced_sum(kernel, args):
 
 
 def _traced(rule_type, kernel, args):
-    tape, values, parents, active, _ = trace_inputs(args)
+    trace, values, parents, active, _ = trace_inputs(args)
     mode = "map" if rule_type is _CallRule else "sum"
-    if values is None:              # a vmap's values are the innermost: its loop
-        return run_loop(kernel, mode, None, args)
-    return tape.kernel_rule(rule_type, kernel, mode, args, values, parents, active)
+    return trace.kernel_rule(rule_type, kernel, mode, args, values, parents, active)
+
+
+def _batched_kernel_call(trace, rule_type, kernel, mode, args, values, parents, active):
+    """A kernel call with a vmap's values the innermost: one loop over the batch (the
+    boxes of enclosing tapes among its arguments record it as they do any call)."""
+    return run_loop(kernel, mode, None, args)
 
 
 def _staged_kernel_call(tape, rule_type, kernel, mode, args, values, parents, active):
@@ -210,6 +214,7 @@ _NO_KWARGS = {}
 Tape.kernel_rule = _reverse_kernel_call
 ForwardTape.kernel_rule = _forward_kernel_call
 StagingTape.kernel_rule = _staged_kernel_call
+BatchTrace.kernel_rule = _batched_kernel_call
 hook.box_type = Box
 hook.takes_lazy_arrays = lambda: current_trace() is None or current_trace().takes_lazy_arrays()
 hook.batched_type = Batched
