@@ -70,7 +70,10 @@ try:
         def get(self):
             current = _extobj_contextvar.get()
             last = self.last
-            if last[0] is not current:
+            # (in the derived state already -- a tangent computed inside a backward
+            # pass that ignores float errors -- deriving again gives that state: the
+            # settings are idempotent, and the last pair is kept rather than remade)
+            if last[0] is not current and last[1] is not current:
                 settings = self.derive(np.geterr())
                 last = self.last = (current, _make_extobj(**settings), settings)
             return last
