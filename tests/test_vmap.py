@@ -608,6 +608,9 @@ def test_take_by_batched_indices_under_grad_and_a_batched_mask_raises():
     np.testing.assert_array_equal(db.vmap(f)(m, ii), np.stack([f(a, j) for a, j in zip(m, ii)]))
     with pytest.raises(NotImplementedError, match="batched boolean mask"):
         db.vmap(lambda x, mask: x[:, mask])(m, m > 0)
+    for true in (True, np.True_):       # (a new axis and an index array at once)
+        with pytest.raises(NotImplementedError, match="boolean scalar"):
+            db.vmap(lambda x, j: x[true, :, j])(m, jj)
 
 
 def test_pad_with_values_per_axis_and_a_batched_where_keyword():

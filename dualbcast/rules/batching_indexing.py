@@ -113,6 +113,9 @@ def _index_arrays_expanded(parts, flags, ndim):
     for part, flag in zip(parts, flags):
         if type(part) is list:
             part = np.asarray(part)
+        if type(part) is bool or _is_mask(part) and not _shape(part)[flag:]:
+            raise NotImplementedError("dualbcast.vmap: a boolean scalar (x[True, i]) in an "
+                                      "index with batched index arrays")
         if not flag and _is_mask(part):
             arrays = np.nonzero(part)
             out += arrays
