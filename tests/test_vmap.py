@@ -641,6 +641,25 @@ def test_a_matrix_times_each_examples_column_equals_the_loop(batch, dtype):
     np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-13)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.bool_])
+def test_outer_products_per_example_equal_the_loop(dtype):
+    xs = (RNG.normal(size=(5, 3)) * 3).astype(dtype)
+    ys = (RNG.normal(size=(5, 4)) * 3).astype(dtype)
+    w = (RNG.normal(size=(4, 2)) * 3).astype(dtype)
+    for f in (lambda x, y: x[:, None] @ y[None, :],             # (3, 1) @ (1, 4)
+              lambda x, y: np.matmul(x[:, None], y[None, :]) @ w,
+              lambda x, y: np.swapaxes(x[None, :], 0, 1) @ y[None, :2]):
+        got = db.vmap(f)(xs, ys)
+        want = np.stack([f(x, y) for x, y in zip(xs, ys)])
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    if dtype in (np.float64, np.float32):      # (the per-example weight gradient it is)
+        loss = lambda w, y: np.sum(np.tanh(y @ w) * y[:2])       # noqa: E731
+        np.testing.assert_allclose(db.vmap(db.grad(loss), in_axes=(None, 0))(w, ys),
+                                   np.stack([db.grad(loss)(w, y) for y in ys]),
+                                   rtol=1e-5 if dtype == np.float32 else 1e-13)
+
+
 def test_astype_inside_a_vmap_inside_grad():
     xs = RNG.normal(size=(3, 4))
     total = lambda xs: np.sum(db.vmap(lambda x: np.sin(x).astype(np.float32) * 2.0)(xs))  # noqa

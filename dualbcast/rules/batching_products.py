@@ -40,7 +40,14 @@ def matmul(size, func, args, batched, **kwargs):
     if nb == 1:
         b = np.expand_dims(b, -1)
     ndim = max(_ndim(a, ba), _ndim(b, bb))
-    out = np.matmul(_aligned(a, ba, ndim), _aligned(b, bb, ndim), **kwargs)
+    a, b = _aligned(a, ba, ndim), _aligned(b, bb, ndim)
+    if _shape(a)[-1] == 1 and _shape(b)[-2] == 1 and not kwargs:
+        # An outer product per example (a per-example weight gradient, x.T @ g): one
+        # broadcast multiply, where a stack of one-term matrix products is a loop of
+        # tiny BLAS calls, 6x slower for 256 of (8, 1) @ (1, 32)
+        out = np.multiply(a, b)
+    else:
+        out = np.matmul(a, b, **kwargs)
     if na == 1 and nb == 1:
         return out[..., 0, 0]
     if na == 1:
