@@ -90,14 +90,13 @@ class BatchTrace:
                 return self.ufunc(func, "__call__", args, kwargs)
             raise NotImplementedError(f"dualbcast.vmap has no batching rule for "
                                       f"{_name(func)} (called on a value batched by vmap)")
-        return self._run(rule, func, args, kwargs)
+        return self._run(rule, func, args, kwargs, p.itemwise)
 
-    def _run(self, rule, func, args, kwargs):
+    def _run(self, rule, func, args, kwargs, itemwise=()):
         if self.closed:
             raise RuntimeError("a value batched by vmap was used after its vmap call "
                                "returned; return it from the function instead")
         values, batched = [], []
-        itemwise = PRIMITIVES.get(func, NO_RULES).itemwise
         for arg in args:
             if type(arg) in (list, tuple):
                 flags = tuple(_of(self, item) for item in arg)

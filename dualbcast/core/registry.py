@@ -25,10 +25,15 @@ class Primitive:
       which records the call (:func:`.box.apply`) or builds it from other operations;
       ``constant``: its result does not depend differentiably on its inputs (and
       ``shape_only``: it depends on their shapes and dtypes alone).
-    Forward mode (a record of ``func``): ``jvp(tangents, ans, *args, **kwargs)``, or
-      ``linear``: its tangent is ``func`` of the tangents.
-    ``vmap``: ``batch(size, func, args, batched, **kwargs)``, taking the argument types
-      in ``itemwise`` item by item.
+    Forward mode (a record of ``func``): ``jvp(tangents, ans, *args, **kwargs)``,
+      ``tangents`` one per argument (None where it has none), giving the output's
+      tangent; or ``linear``: its tangent is ``func`` of the tangents.  Without either,
+      an elementwise rule's vjps push the tangent, any other's are transposed.
+    ``vmap``: ``batch(size, func, args, batched, **kwargs)``, ``args`` with each batched
+      value as its stack of ``size`` examples along axis 0, ``batched`` a flag per
+      argument (a tuple of flags for an argument of a type in ``itemwise``, taken item
+      by item), giving the result with the batch along axis 0 (or a
+      :class:`.batching.Unbatched`).
     Compiled loops (``dualbcast.jit``, which defines it): ``loop_form``, ``(any_layout,
       maker)`` for a record that is no ufunc's scalar ``form``.
     """

@@ -62,7 +62,13 @@ def _separated_arrays(parts):
         return []
     advanced = [i for i, part in enumerate(parts)
                 if not isinstance(part, (slice, type(None), type(Ellipsis)))]
-    return advanced if advanced != list(range(advanced[0], advanced[-1] + 1)) else []
+    return [] if _adjacent(advanced) else advanced
+
+
+def _adjacent(positions):
+    """Whether the index arrays at ``positions`` stand side by side (NumPy then puts
+    their axes where they stand, else first)."""
+    return positions == list(range(positions[0], positions[-1] + 1))
 
 
 def _is_mask(part):
@@ -100,10 +106,8 @@ def _batched_index(size, parts, flags, ndim):
     index = (rows,) + tuple(
         np.reshape(part, (size,) + (1,) * (len(shape) + 1 - _ndim(part)) + _shape(part)[1:])
         if flag else part for part, flag in zip(parts, flags))
-    # One example's index arrays side by side: NumPy puts their axes where they stand,
-    # after the axes of the slices and Nones before them; else first.
-    adjacent = advanced == list(range(advanced[0], advanced[-1] + 1))
-    return index, len(shape), advanced[0] if adjacent else 0
+    # (side by side, after the axes of the slices and Nones before them)
+    return index, len(shape), advanced[0] if _adjacent(advanced) else 0
 
 
 def _index_arrays_expanded(parts, flags, ndim):

@@ -5,7 +5,7 @@ import operator
 
 import numpy as np
 
-from ..core.box import SCALARS, Box, apply, call_function, inner_foreign
+from ..core.box import SCALARS, apply, call_function, inner_foreign
 from ..foreign import is_dask_array
 from ..core.tape import Traced, ignore_float_errors, restore_float_errors
 from ..core.registry import BACKWARD_OPERATIONS, ScalarForm, define
@@ -243,8 +243,7 @@ def gather(a, index):
     input of a ``dualbcast.jit`` program, or an index batched by a ``vmap``) and ``a``
     is not: NumPy would convert it."""
     parts = index if type(index) is tuple else (index,)
-    if type(a) is not Box and not isinstance(a, Traced) and \
-            any(isinstance(part, Traced) for part in parts):
+    if not isinstance(a, Traced) and any(isinstance(part, Traced) for part in parts):
         return call_function(operator.getitem, (a, index), {})
     return a[index]
 
