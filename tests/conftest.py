@@ -47,14 +47,14 @@ def fuse_at_once(monkeypatch):
 @pytest.fixture
 def fused_runs(monkeypatch):
     """How many calls the fused functions answered."""
-    from dualbcast.jit.gradient import GradientProgram
+    from dualbcast.jit.compiled import FusedRuns
     count = []
-    real = GradientProgram.run_fused
+    real = FusedRuns.__call__
 
-    def counted(program, values):
-        result = real(program, values)
+    def counted(runs, values):
+        result = real(runs, values)
         if result is not None:
             count.append(1)
         return result
-    monkeypatch.setattr(GradientProgram, "run_fused", counted)
+    monkeypatch.setattr(FusedRuns, "__call__", counted)
     return count

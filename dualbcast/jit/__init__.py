@@ -19,8 +19,10 @@ through the tape's recorder hook.  The wing, from the call down:
     :mod:`.fused_function` compiles and calls it, :mod:`.fused_runtime` is what it
     calls, :mod:`.compiled` shares and bounds the compiled functions);
   - :mod:`.staged` -- any other function, and a gradient with other inputs: every
-    operation staged, derivatives' included, and run as generated Python code after
-    a plan (:mod:`.staged_plan`: repeats and unused views left out, elementwise runs
+    operation staged, derivatives' included, and run as one Numba function where it
+    is made of kernel sums, scalar arithmetic and NaN-safe passes
+    (:mod:`.staged_fusion`; :mod:`.compiled` runs either kind's), else as generated
+    Python code after a plan (:mod:`.staged_plan`: repeats and unused views left out, elementwise runs
     as compiled loops: :mod:`.loop_forms` says what a record computes per element,
     :mod:`.elementwise` groups the records into loops and runs them,
     :mod:`.loop_source` writes their code, with :mod:`.loop_sums` for what they add up

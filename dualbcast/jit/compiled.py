@@ -26,7 +26,7 @@ calls: about 4 MB per fused function compiled in the process.
 import threading
 from collections import OrderedDict
 
-from ..compile_log import logger
+from ..compile_log import logger, watching
 from . import policy
 
 _shared = OrderedDict()     # Fusion.key -> (dispatcher, the objects its key names)
@@ -68,3 +68,70 @@ class FusedFunctions:
             while len(_shared) > policy.SHARED_FUNCTIONS:
                 _shared.popitem(last=False)
         return found[0]
+
+
+class FusedRuns:
+    """One program's fused function, from its plan on: compiled (or found compiled)
+    at its :data:`.policy.FUSE_AFTER`-th call, then run; dropped for good, the replay
+    doing without it (the same bits), when the jitted function may fuse no more
+    programs or the function fails where it should not.  ``what``: the program, for the
+    compile log ("a db.jit program of 12 values")."""
+
+    __slots__ = ("fusion", "fused_functions", "what", "calls", "not_fused")
+
+    def __init__(self, fusion, fused_functions, what):
+        self.fusion, self.fused_functions, self.what = fusion, fused_functions, what
+        self.calls = 0
+        self.not_fused = None           # why it no longer runs fused
+
+    @property
+    def active(self):
+        """Whether the fused function may run (or compile) at the next call."""
+        return self.fusion is not None
+
+    def __call__(self, values):
+        """What the fused function gives on ``values``, or None: not compiled yet,
+        dropped, or it handed the call back (a non-finite value: the replay meets it)."""
+        fusion = self.fusion
+        first = None                    # the first call compiles: reported
+        if fusion.function is None:
+            self.calls += 1
+            if self.calls < policy.FUSE_AFTER:
+                return None
+            try:
+                fusion.function = self.fused_functions.function_for(fusion)
+            except Exception as error:  # not a user's error: the replay does without
+                self.failed("compiling", error)
+                return None
+            if fusion.function is None:
+                self.drop(f"its jitted function has fused {policy.MAX_FUNCTIONS} other "
+                          f"programs (a fused function stays in memory until the process "
+                          f"ends)")
+                return None
+            first = watching(fusion.function, lambda: f"{self.what} fused into one Numba "
+                                                      f"function")
+        try:
+            if first is None:           # (the hot path: no context manager)
+                return fusion(values)
+            with first:
+                return fusion(values)
+        except Exception as error:
+            self.failed("running", error)
+            return None
+
+    def drop(self, why):
+        self.fusion, self.not_fused = None, why
+
+    def failed(self, stage, error):
+        """The fused function failed where it should not (not a user's error: the
+        replay does without it, the same bits): said on the log, with the error."""
+        self.drop(f"{stage} the fused function raised {type(error).__name__}: {error}")
+        logger.warning(f"db.jit: {self.not_fused}; the program is replayed unfused (please "
+                       f"report it)", exc_info=error)
+
+    def report(self):
+        """Whether the program runs fused, or why not, for people."""
+        if self.fusion is None:
+            return f"not fused: {self.not_fused}"
+        return ("fused into one Numba function" if self.fusion.function is not None
+                else "to be fused at its next call")

@@ -1,8 +1,10 @@
-"""A fused program's function (:mod:`.fusion` writes its source): compiled, or loaded
-from the disk cache, once per source, and called with a run's values.
+"""A fused program's function (:mod:`.fusion` and :mod:`.staged_fusion` write its
+source): compiled, or loaded from the disk cache, once per source, and called with a
+run's values.
 
-``fusion(values)`` gives ``(value, cotangents by leaf)`` or None (the replay runs
-instead); the function is shared by every program of the same :attr:`Fusion.key`
+A gradient program's ``fusion(values)`` gives ``(value, cotangents by leaf)`` or None
+(the replay runs instead); a staged one's writes its outputs into ``values``.  The
+function is shared by every program of the same :attr:`FusedCode.key`
 (:mod:`.compiled`)."""
 import hashlib
 
@@ -25,21 +27,21 @@ class Constant:
         self.value = value
 
 
-class Fusion:
-    """A fused program: ``fusion(values)`` gives ``(value, cotangents by leaf)`` (None
-    where no cotangent reached a leaf), or None when the replay must run instead.
+class FusedCode:
+    """What every fused function is, a gradient program's (:class:`Fusion`) or a staged
+    one's (:class:`.staged_fusion.StagedFusion`): a source whose text names everything
+    it is compiled from, compiled or loaded from the disk cache once per text, called on
+    this thread or on threads as measured.
 
     Its function (``function``, set by whoever compiles it or finds it compiled: see
     :mod:`.compiled`) is that of every program whose :attr:`key` is equal: the same
     source, calling the same objects (kernel loops, helpers)."""
 
-    def __init__(self, source, namespace, ints, floats, kernels, leaves, *, scalar_leaves,
-                 array_leaves, shared, transformed, accumulators, blocks, output_type, helpers,
-                 threaded, cacheable, kernel_keys):
+    def __init__(self, source, namespace, kernels, kernel_keys, ints, floats, helpers,
+                 threaded, cacheable, title):
         self.source, self.namespace, self.kernels = source, namespace, kernels
         # The sizes and constants of this program, the function's N and K
         self.ints, self.floats = np.array(ints, np.int64), np.array(floats, np.float64)
-        self.output_type = output_type
         # The helper functions to compile ((name, parallel)); the most elements a part
         # on threads loops over (0: none); whether the function may be cached on disk
         # (every kernel's code named by its file or fingerprint: ``kernel_keys``, the
@@ -48,15 +50,6 @@ class Fusion:
         self.choice = ThreadChoice()    # whether its threaded parts run on threads
         self.cacheable, self.kernel_keys = cacheable, kernel_keys
         self._function = self._run = None
-        # the parameters (see fusion.Writer.fusion), in order
-        self.scalar_leaves, self.array_leaves, self.shared = scalar_leaves, array_leaves, shared
-        self.transformed = transformed
-        self.accumulators = [shape for _, shape in accumulators]
-        self.blocks = blocks
-        # per leaf: -1 a scalar, else the number of its cotangent's buffer (None: none)
-        numbers = {slot: n for n, (slot, _) in enumerate(accumulators)}
-        self.kinds = [-1 if leaf in scalar_leaves else numbers.get(leaf)
-                      for leaf in range(leaves)]
         # The source as compiled: its name (the file's) must change with anything it
         # is compiled from: the loops' files (named by their kernels' fingerprints) and
         # the numbers bound in its namespace (listed on top).
@@ -66,7 +59,7 @@ class Fusion:
         constants = "".join(f"# {name} = {_exact(value)}\n"
                             for name, value in sorted(namespace.items())
                             if type(value) in (float, int, tuple))
-        self.text = "# dualbcast: a fused replay\n" + loops + constants + source
+        self.text = f"# dualbcast: {title}\n" + loops + constants + source
         # What the function is: its source and the objects its namespace binds (by
         # identity: whoever keeps the key keeps them too, see .compiled).
         self.objects = tuple(value for _, value in sorted(namespace.items())
@@ -114,6 +107,43 @@ class Fusion:
         self._run = None if function is None else self._runner(function)
 
     def _runner(self, function):
+        """``run(values, workers)``: ``function`` called on a run's values."""
+        raise NotImplementedError
+
+    def transformed_operands(self, values, args):
+        """The operands of the kernel sums computed per call (see
+        :func:`.fused_kernels._operands`), appended to ``args``."""
+        for inputs, prepared, positions in self.transformed:
+            kernel_args = []
+            for item in inputs:
+                kernel_args.append(item.value if type(item) is Constant else values[item])
+            operands = prepared.operands_for(kernel_args)
+            for m in positions:
+                args.append(operands[m])
+
+
+class Fusion(FusedCode):
+    """A fused gradient program: ``fusion(values)`` gives ``(value, cotangents by
+    leaf)`` (None where no cotangent reached a leaf), or None when the replay must run
+    instead."""
+
+    def __init__(self, source, namespace, ints, floats, kernels, leaves, *, scalar_leaves,
+                 array_leaves, shared, transformed, accumulators, blocks, output_type, helpers,
+                 threaded, cacheable, kernel_keys):
+        super().__init__(source, namespace, kernels, kernel_keys, ints, floats, helpers,
+                         threaded, cacheable, "a fused replay")
+        self.output_type = output_type
+        # the parameters (see fusion.Writer.fusion), in order
+        self.scalar_leaves, self.array_leaves, self.shared = scalar_leaves, array_leaves, shared
+        self.transformed = transformed
+        self.accumulators = [shape for _, shape in accumulators]
+        self.blocks = blocks
+        # per leaf: -1 a scalar, else the number of its cotangent's buffer (None: none)
+        numbers = {slot: n for n, (slot, _) in enumerate(accumulators)}
+        self.kinds = [-1 if leaf in scalar_leaves else numbers.get(leaf)
+                      for leaf in range(leaves)]
+
+    def _runner(self, function):
         """``run(values, workers)``: ``function`` called on a run's values, written out
         for this program's parameters (a loop over the kinds of parameter cost more
         than the call itself on a small program), its result as :meth:`__call__`
@@ -133,7 +163,7 @@ class Fusion:
             params.append(f"s{k}")
         if self.transformed:
             lines.append("    operands = []")
-            lines.append("    fusion._transformed_operands(values, operands)")
+            lines.append("    fusion.transformed_operands(values, operands)")
             params.append("*operands")
         for k, shape in enumerate(self.accumulators):
             names[f"shape{k}"] = shape
@@ -153,17 +183,6 @@ class Fusion:
         lines.append(f"    return output_type(r[1]), [{', '.join(grads)}]")
         exec(compile("\n".join(lines) + "\n", "<dualbcast fused call>", "exec"), names)
         return names["run"]
-
-    def _transformed_operands(self, values, args):
-        """The operands of the kernel sums computed per call (see
-        :func:`.fused_kernels._operands`), appended to ``args``."""
-        for inputs, prepared, positions in self.transformed:
-            kernel_args = []
-            for item in inputs:
-                kernel_args.append(item.value if type(item) is Constant else values[item])
-            operands = prepared.operands_for(kernel_args)
-            for m in positions:
-                args.append(operands[m])
 
 
 def _exact(value):

@@ -12,6 +12,7 @@ from numba import uint64 as _u
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ..kernel.products import nan_safe_product
 from ..rules.fast import SUM_COTANGENT_FORM
 from ..safe_cache import guarded_njit
 
@@ -264,3 +265,39 @@ def _add_gradient(live, reached, total, gradient, g, bad):
     return True, bad + check
 
 """)
+
+
+# A staged program's elementwise passes (:mod:`.staged_fusion`): NaN-safe products of
+# a scalar or an array and an array, and the sum of two (the tangent of a NaN-safe
+# product: ``nan_safe_sum``), each a new 1-d array and its finiteness check (0.0, or
+# nan when an element is not finite).  The rules' own per-element products: NumPy's
+# bits, and the eager passes' (``nan_safe``, ``scaled_sum``).
+
+@guarded_njit(error_model="numpy", cache=True, nogil=True)
+def nan_safe_scaled(a, x):
+    out = np.empty(x.size)
+    finite = True
+    for i in range(x.size):
+        out[i] = nan_safe_product(a, x[i])
+        finite &= out[i] - out[i] == 0.0      # (an and: the loop vectorises)
+    return out, 0.0 if finite else np.nan
+
+
+@guarded_njit(error_model="numpy", cache=True, nogil=True)
+def nan_safe_products(x, y):
+    out = np.empty(x.size)
+    finite = True
+    for i in range(x.size):
+        out[i] = nan_safe_product(x[i], y[i])
+        finite &= out[i] - out[i] == 0.0      # (an and: the loop vectorises)
+    return out, 0.0 if finite else np.nan
+
+
+@guarded_njit(error_model="numpy", cache=True, nogil=True)
+def nan_safe_scaled_sum(a, x, b, y):
+    out = np.empty(x.size)
+    finite = True
+    for i in range(x.size):
+        out[i] = nan_safe_product(a, x[i]) + nan_safe_product(b, y[i])
+        finite &= out[i] - out[i] == 0.0      # (an and: the loop vectorises)
+    return out, 0.0 if finite else np.nan

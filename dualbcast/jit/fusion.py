@@ -90,11 +90,15 @@ _NAMESPACE = {"pow": libm_pow, "_exact_sum": exact_sum, "_where": where, "_add_t
               "BLOCK": BLOCK, "_int64": np.int64, "_next_chunk": next_chunk}
 
 
-class Writer:
-    """Writes the fused function's source, record by record."""
+class ProgramWriter:
+    """What writing any fused function's source takes: its namespace, its parameters,
+    the sizes and constants it reads from ``N`` and ``K``, fresh names, the finiteness
+    check, the kernels' loops it calls (:mod:`.fused_kernels`), and the forward pass's
+    scalar arithmetic from the rules' forms.  :class:`Writer` writes a gradient
+    program's; :class:`.staged_fusion.StagedWriter` a staged one's."""
 
-    def __init__(self, records, values, leaves, output):
-        self.values, self.leaves, self.output = values, leaves, output
+    def __init__(self, values, leaves):
+        self.values, self.leaves = values, leaves
         self.namespace = dict(_NAMESPACE)
         self.params = []                # the fused function's parameters
         # The numbers a run takes, read from the parameters N (ints: sizes, shapes,
@@ -103,13 +107,10 @@ class Writer:
         # every value of its constants (each compile costs ~1 s and stays in memory).
         self.ints, self.floats, self.head = [], [], []
         self.forward = []
-        self.backward = []              # per record: a function writing its backward pass
         self.kernels = []               # per kernel sum: its SumLoop
         self.shared = {}                # id -> (parameter, constant) passed as it is
         self.operand_params = []        # operands computed per call, and per kernel:
         self.transformed = []           # (inputs, its SumLoop, their positions)
-        self.array_gradients = {}       # array leaf slot -> its STORE buffers (name, shape)
-        self.stores = False             # whether a gradient is ever stored
         self.names = 0                  # fresh names so far
         self.bad = "0.0"                # the name of the finiteness check so far
         self.arrays = {}                # ("t" totals or "r" scratch, rows, width) -> name
@@ -117,10 +118,62 @@ class Writer:
                                         # source and (name, parallel) of each function
         self.threaded = 0               # the most elements a part on threads loops over
         self.kernel_sources = []        # segments' kernels' cache keys (name the source)
+        self.cacheable = True           # whether every kernel's code is named by a file
+
+    def fresh(self, prefix):
+        self.names += 1
+        return f"{prefix}_{self.names}"
+
+    def int_name(self, value):
+        """A name for ``value``, an int the run passes in ``N``."""
+        require(_INT64.min <= value <= _INT64.max)
+        name = f"n{len(self.ints)}"
+        self.head.append(f"{name} = N[{len(self.ints)}]")
+        self.ints.append(int(value))
+        return name
+
+    def float_name(self, name, value):
+        """``name`` for ``value``, a float the run passes in ``K``."""
+        self.head.append(f"{name} = K[{len(self.floats)}]")
+        self.floats.append(float(value))
+        return name
+
+    def check(self, lines, expression):
+        """Add ``expression * 0.0`` (0, or nan once the value is not finite) to the
+        finiteness check ``bad``."""
+        name = self.fresh("bad")
+        lines.append(f"{name} = {self.bad} + {expression} * 0.0")
+        self.bad = name
+
+    def constant(self, k, i, value):
+        """A number among record ``k``'s arguments (its ``i``-th), as a name."""
+        require(type(value) in _CONSTANTS and (type(value) is not int or abs(value) < 2 ** 53))
+        return self.float_name(f"c{k}_{i}", value)
+
+    def form(self, op):
+        """``(ufunc, scalar form)`` of a record's function: the rule's form, declared
+        beside the rule (dualbcast.rules.elementwise)."""
+        try:
+            ufunc = OPERATOR_UFUNCS.get(op) if type(op) is not np.ufunc else op
+        except TypeError:               # a record's func need not be hashable
+            raise NotFusable from None
+        form = PRIMITIVES.get(ufunc, NO_RULES).form
+        require(form is not None)
+        return ufunc, form
+
+
+class Writer(ProgramWriter):
+    """Writes a gradient program's fused function's source, record by record."""
+
+    def __init__(self, records, values, leaves, output):
+        super().__init__(values, leaves)
+        self.output = output
+        self.backward = []              # per record: a function writing its backward pass
+        self.array_gradients = {}       # array leaf slot -> its STORE buffers (name, shape)
+        self.stores = False             # whether a gradient is ever stored
         self.repeated_buffers = set()   # buffers of an array passed twice to one sum
         self.segment_buffers = set()    # segments' gradient buffers: only one that is a
                                         # leaf's accumulator is allocated
-        self.cacheable = True           # whether every kernel's code is named by a file
         # The backward pass's state as it is written (last record first), by slot: a
         # scalar's cotangent so far and whether one reached it yet (a slot no cotangent
         # reaches gets None in the replay: here its cotangent is 0.0 and reached
@@ -165,7 +218,7 @@ class Writer:
                 else:
                     self._scalar(record)
             except NotFusable as refused:
-                raise NotFusable(str(refused) or f"{_described(record)} on "
+                raise NotFusable(str(refused) or f"{described(record)} on "
                                  f"{_operand_kinds(record, self.values)} is not of a "
                                  f"fusable kind (kernel sums, chains of kernel maps over "
                                  f"one shape, float64 scalar arithmetic)") from None
@@ -253,34 +306,9 @@ class Writer:
 
     # ------------------------------------------------------------------ writing
 
-    def fresh(self, prefix):
-        self.names += 1
-        return f"{prefix}_{self.names}"
-
-    def int_name(self, value):
-        """A name for ``value``, an int the run passes in ``N``."""
-        require(_INT64.min <= value <= _INT64.max)
-        name = f"n{len(self.ints)}"
-        self.head.append(f"{name} = N[{len(self.ints)}]")
-        self.ints.append(int(value))
-        return name
-
-    def float_name(self, name, value):
-        """``name`` for ``value``, a float the run passes in ``K``."""
-        self.head.append(f"{name} = K[{len(self.floats)}]")
-        self.floats.append(float(value))
-        return name
-
     def emit(self, name, expression):
         self.lines.append(f"{name} = {expression}")
         return name
-
-    def check(self, lines, expression):
-        """Add ``expression * 0.0`` (0, or nan once the value is not finite) to the
-        finiteness check ``bad``."""
-        name = self.fresh("bad")
-        lines.append(f"{name} = {self.bad} + {expression} * 0.0")
-        self.bad = name
 
     def add_scalar(self, slot, ct, live):
         """Add ``ct`` into the cotangent of scalar ``slot`` where ``live``."""
@@ -295,25 +323,14 @@ class Writer:
         if i in traced:
             require(type(self.values[traced[i]]) in _SCALARS)
             return f"v{traced[i]}"
-        require(type(value) in _CONSTANTS and (type(value) is not int or abs(value) < 2 ** 53))
-        return self.float_name(f"c{k}_{i}", value)
-
-    def _form(self, op):
-        # The rule's scalar form, declared beside the rule (dualbcast.rules.elementwise).
-        try:
-            ufunc = OPERATOR_UFUNCS.get(op) if type(op) is not np.ufunc else op
-        except TypeError:               # a record's func need not be hashable
-            raise NotFusable from None
-        form = PRIMITIVES.get(ufunc, NO_RULES).form
-        require(form is not None)
-        return ufunc, form
+        return self.constant(k, i, value)
 
     def _linear(self, record):
         # x + y, x - y, x * y, x ** c: local partials formed in the forward pass; the
         # backward pass multiplies them by the cotangent, skipped for a zero cotangent
         # (NaN-safe), and adds the products into the parents'.
         out, parents, saved, argnums = record.out, record.parents, record.args, record.argnums
-        _, form = self._form(record.op)
+        _, form = self.form(record.op)
         require(type(self.values[out]) in _SCALARS and form.partials is not None)
         traced = dict(zip(argnums, parents))
         x, y = (self._operand(out, i, value, traced) for i, value in enumerate(saved))
@@ -339,7 +356,7 @@ class Writer:
         # -x and x / y: recorded with their scalar vjps, written out as the rule's
         # form gives them, NaN-safe as the vjps are.
         out, parents, argnums, saved = record.out, record.parents, record.argnums, record.args
-        ufunc, form = self._form(record.func)
+        ufunc, form = self.form(record.func)
         require(form.cotangents is not None and not record.kwargs and not record.others
                 and type(self.values[out]) in _SCALARS
                 and tuple(record.vjps) == PRIMITIVES[ufunc].scalar_vjps)
@@ -360,7 +377,7 @@ class Writer:
         self.backward.append(write)
 
 
-def _described(record):
+def described(record):
     func = getattr(record, "op", None) or record.func
     name = getattr(func, "__name__", None) or type(func).__name__
     return f"numpy.{name}" if isinstance(func, np.ufunc) else name

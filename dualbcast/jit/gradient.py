@@ -11,7 +11,7 @@ compiled: :mod:`.compiled`).
 """
 import numpy as np
 
-from ..compile_log import logger, watching
+from ..compile_log import logger
 from ..core.box import Box
 from ..core.pytree import unflatten
 from ..core.tape import (Tape, accumulate, backward, ignore_float_errors, raise_float_errors,
@@ -19,7 +19,7 @@ from ..core.tape import (Tape, accumulate, backward, ignore_float_errors, raise_
 from ..core.trace import SEED_FOR, gradient_like, leaf_gradients, trace_value, value_and_gradient
 from . import policy
 from .codegen import generate
-from .compiled import FusedFunctions
+from .compiled import FusedFunctions, FusedRuns
 from .entries import Signatures
 from .fusion import NotFusable, plan_fusion
 from .program import GuardFailed, MaskChanged, Program, interpreted_steps
@@ -35,8 +35,8 @@ class GradientProgram(Program):
     """A gradient's traced program: its forward records, replayed on a fresh tape (or
     as generated code, or fused), and the core's backward pass after them."""
 
-    __slots__ = ("steps", "generated", "runs", "output", "slots", "fusion", "short_runs",
-                 "fused_functions", "not_fused")
+    __slots__ = ("steps", "generated", "runs", "output", "slots", "fused",
+                 "fused_functions")
 
     def __init__(self, tape, recorder, arrays, free, output, fused_functions):
         """``output``: what f returned (a box, or a constant); ``fused_functions``: the
@@ -47,9 +47,7 @@ class GradientProgram(Program):
         self.steps = interpreted_steps(tape.records, self.guards)
         self.generated = None       # (forward, backward) once generated
         self.runs = 0
-        self.fusion = None          # the program as one Numba function, if it can be
-        self.not_fused = None       # why it is not, once planned
-        self.short_runs = 0
+        self.fused = None           # its FusedRuns, once generated as code
         self.fused_functions = fused_functions
 
     def run(self, tape, arrays, read_free_variables):
@@ -84,71 +82,34 @@ class GradientProgram(Program):
         # the trace kept.
         output = self.output[1] if self.output[0] == "slot" else None
         self.generated = generate(records, self.guards, self.leaves, output)
+        fused = self.fused = FusedRuns(None, self.fused_functions,
+                                       f"a db.jit program of {self.slots} values")
         if len(records) > policy.FUSE_UP_TO:
-            self.not_fused = f"{len(records)} records, past the {policy.FUSE_UP_TO} fused"
+            fused.drop(f"{len(records)} records, past the {policy.FUSE_UP_TO} fused")
         else:
             try:
-                self.fusion = plan_fusion(records, values, self.leaves, output, self.guards)
+                fused.fusion = plan_fusion(records, values, self.leaves, output, self.guards)
             except NotFusable as refused:
-                self.not_fused = str(refused)
+                fused.drop(str(refused))
             except Exception as error:  # not a user's error: the replay does without
-                self._fusion_failed("planning", error)
-        if self.not_fused is not None:
+                fused.failed("planning", error)
+        if not fused.active:
             logger.debug(f"db.jit: a gradient program of {len(records)} records replays as "
-                         f"generated Python code, not fused: {self.not_fused}")
+                         f"generated Python code, not fused: {fused.not_fused}")
 
-    def run_fused(self, values):
-        """The fused program's ``(value, cotangents by leaf)``, or None: not compiled
-        yet (it is after ``FUSE_AFTER`` short-path runs), not to be (the jitted function
-        fused as many programs as it may: see :mod:`.compiled`), or it handed the call
-        back (a non-finite value, an error: the replay will meet it)."""
-        fusion = self.fusion
-        first = None                    # the first call compiles: reported
-        if fusion.function is None:
-            self.short_runs += 1
-            if self.short_runs < policy.FUSE_AFTER:
-                return None
-            try:
-                fusion.function = self.fused_functions.function_for(fusion)
-            except Exception as error:  # not a user's error: the replay does without
-                self._fusion_failed("compiling", error)
-                return None
-            if fusion.function is None:
-                self.fusion = None
-                self.not_fused = (f"its jitted function has fused "
-                                  f"{policy.MAX_FUNCTIONS} other programs (a "
-                                  f"fused function stays in memory until the process ends)")
-                return None
-            first = watching(fusion.function, lambda: f"a db.jit program of {self.slots} "
-                                                      f"values fused into one Numba function")
-        try:
-            if first is None:           # (the hot path: no context manager)
-                return fusion(values)
-            with first:
-                return fusion(values)
-        except Exception as error:
-            self._fusion_failed("running", error)
-            return None
-
-    def _fusion_failed(self, stage, error):
-        """A fused program failed where it should not (not a user's error: the replay
-        does without it, the same bits): said on the log, with the error."""
-        self.fusion = None
-        self.not_fused = f"{stage} the fused function raised {type(error).__name__}: {error}"
-        logger.warning(f"db.jit: {self.not_fused}; the program is replayed unfused (please "
-                       f"report it)", exc_info=error)
+    @property
+    def fusion(self):
+        """The program's :class:`.fusion.Fusion` while it may run fused, else None."""
+        return None if self.fused is None else self.fused.fusion
 
     def fusion_report(self):
         """Whether the program runs fused, or why not, for people."""
-        if self.fusion is not None:
-            return ("fused into one Numba function" if self.fusion.function is not None
-                    else "to be fused at its next call")
         if self.generated is None:
             if self.runs >= policy.GENERATE_AFTER:
                 return (f"replayed interpreted: more than {policy.GENERATE_UP_TO} records "
                         f"(not generated as code, not fused)")
             return "to be generated as code and planned for fusion at its next replay"
-        return f"not fused: {self.not_fused}"
+        return self.fused.report()
 
     def gradients(self, tape, residuals, seeds):
         """The backward pass of a run: cotangents by slot."""
@@ -256,9 +217,9 @@ class GradientPrograms(Signatures):
             program.check(arrays, self.free_variables)
         except Exception:
             return None
-        if program.fusion is not None and underflow_ignored():
+        if program.fused.active and underflow_ignored():
             # (the fused code cannot see an underflow the caller wants reported)
-            fused = program.run_fused(values)
+            fused = program.fused(values)
             if fused is not None:
                 entry.replays += 1
                 return fused[0], short_gradients(fused[1], values, structures, single, True)

@@ -17,15 +17,18 @@ from ..compile_log import logger
 from ..core.box import Box
 from ..core.pytree import flatten, unflatten
 from ..core.staging import StagingTape
-from ..core.tape import raise_float_errors, restore_float_errors
+from ..core.tape import raise_float_errors, restore_float_errors, underflow_ignored
 from ..core.trace import start_tracing, stop_tracing, trace_arguments, tracing_state
 from ..rules.shapes import take_rows
 from .codegen import generate_staged
+from .compiled import FusedFunctions, FusedRuns
 from .entries import Signatures
+from .fused_source import NotFusable
 from .program import GuardFailed, Program, interpreted_steps
 from .elementwise import describe
 from . import policy
 from .recorder import ProgramRecorder, Slot
+from .staged_fusion import plan_staged_fusion
 from .staged_plan import operand_slots, plan_records
 
 _FLOAT_SCALARS = (float, np.float64, np.float32, np.float16)
@@ -55,6 +58,7 @@ class StagedPrograms(Signatures):
 
     def __init__(self, f, kind="staged", watched=None):
         super().__init__(f, kind, watched)
+        self.fused_functions = FusedFunctions(self.name)
         # Whether integer arrays are inputs: until a trace fails on one (an index
         # into a plain array, np.take's rule): then constants, compared on every call,
         # as every other non-float argument.
@@ -148,7 +152,8 @@ class StagedPrograms(Signatures):
             return f(*args, **kwargs)
         leaves, tree = flatten(out)
         outputs = [_output(leaf, tape, f) for leaf in leaves]
-        entry.program = StagedProgram.of(tape, recorder, kept, free, tree, outputs)
+        entry.program = StagedProgram.of(tape, recorder, kept, free, tree, outputs,
+                                         self.fused_functions)
         self.traced(entry, why, recorder)       # (after the program: it ends the recorder)
         if entry.program is None:
             self.not_recorded(entry, recorder.why or "its records are out of order")
@@ -183,11 +188,12 @@ class StagedProgram(Program):
     """A staged trace: every operation on its inputs recorded, run again as generated
     Python code (after its plan: :mod:`.staged_plan`) on new values of the signature."""
 
-    __slots__ = ("records", "forward", "tree", "outputs", "shapes", "plan")
+    __slots__ = ("records", "forward", "tree", "outputs", "shapes", "plan", "fused")
 
-    def __init__(self, tape, recorder, arrays, free, tree, outputs):
+    def __init__(self, tape, recorder, arrays, free, tree, outputs, fused_functions):
         """``tree``, ``outputs``: the output's structure and where a replay finds each
-        of its leaves (:func:`_output`)."""
+        of its leaves (:func:`_output`); ``fused_functions``: the jitted function's
+        :class:`.compiled.FusedFunctions`."""
         super().__init__(tape, recorder, arrays, free)
         self.records = tape.records
         self.forward = None         # generated at the first run
@@ -208,6 +214,24 @@ class StagedProgram(Program):
             needed.update(slot for slot, _ in self.shapes)
             needed.update(slot for _, slots in guard_reads for slot in slots)
             self.plan = plan_records(self.records, values, self.leaves, needed, guard_reads)
+        self.fused = None           # its FusedRuns, if it may be fused (planned now,
+        if self.plan is not None:   # while the trace's values are at hand)
+            self.fused = self._fused(values, fused_functions)
+
+    def _fused(self, values, fused_functions):
+        fused = FusedRuns(None, fused_functions,
+                          f"a db.jit staged program of {len(values)} values")
+        if len(self.records) > policy.FUSE_UP_TO:
+            fused.drop(f"{len(self.records)} records, past the {policy.FUSE_UP_TO} fused")
+            return fused
+        try:
+            fused.fusion = plan_staged_fusion(self.plan, values, self.leaves, self.outputs,
+                                              self.guards, self.shapes)
+        except NotFusable as refused:
+            fused.drop(str(refused))
+        except Exception as error:      # not a user's error: the replay does without
+            fused.failed("planning", error)
+        return fused
 
     def run(self, values):
         """The output on the input leaves ``values`` (a list, extended with every
@@ -226,7 +250,8 @@ class StagedProgram(Program):
                                                          len(self.records))
                 self.plan.release()
             self.records = None             # (their values of the trace: not kept)
-        forward(values)
+        if not self._ran_fused(values):
+            forward(values)
         for slot, shape in self.shapes:
             if np.shape(values[slot]) != shape:
                 raise GuardFailed("an array computed from an integer input has another "
@@ -235,13 +260,26 @@ class StagedProgram(Program):
                                      if output[0] == "slot" else _fresh(output[1])
                                      for output in self.outputs])
 
+    def _ran_fused(self, values):
+        """Whether the fused function ran, writing the outputs into ``values``: not
+        while the caller wants underflow reported (the fused code cannot see one), nor
+        once a kernel's loop is compiled afresh (a name it reads changed: the fused
+        function calls the old loop)."""
+        fused = self.fused
+        if fused is None or not fused.active or not underflow_ignored():
+            return False
+        if not fused.fusion.current():
+            fused.drop("a name a kernel reads changed (its loop is compiled afresh)")
+            return False
+        return fused(values) is not None
+
     def fusion_report(self):
         if self.plan is None:
             return "replayed record by record (too long to generate as code)"
         plan = self.plan
         loops = "".join(f"; a loop of {describe(group)}" for group in plan.groups)
         return (f"replayed as generated Python code: {plan.removed} records of the trace "
-                f"not run (unused views, or computed twice){loops}")
+                f"not run (unused views, or computed twice){loops}; {self.fused.report()}")
 
     def _interpreted(self):
         """``forward(values)`` as a loop over the records (a program too long to be

@@ -29,7 +29,10 @@ class SumLoop(NamedTuple):
     runs it over ``operands`` (``operands_for(args)``, the call's arguments bound as
     the kernel takes them), writing each ``STORE`` gradient whole into its 1-d buffer
     in ``stored`` (in argument order) and, per chunk ``c``, ``totals[c] = (sum,
-    REGISTER gradients...)``; ``scratch``: a ``(totals_width, chunk_size)`` array."""
+    REGISTER gradients...)``; ``scratch``: a ``(totals_width, chunk_size)`` array.
+    In the tangent modes the operands are the arguments then the tangents, ``stored``
+    the gradients' buffers then their tangents', and ``totals[c] = (sum, its tangent,
+    REGISTER gradients..., their tangents...)``."""
     loop: Any
     loop_shape: tuple
     rows: int
@@ -75,14 +78,21 @@ class PreparedCall:
         self.sums = mode in SUM_MODES
 
     def sum_loop(self):
-        """This sum-and-partials call as a :class:`SumLoop`, or None: another mode, or
-        its loop not compiled yet."""
-        if self.mode != "sum_partials" or not self.compiled:
+        """This call of a sum mode (``sum_partials``; ``sum``, ``sum_tangent``,
+        ``sum_partials_tangent``, whose loops take the tangents' operands after the
+        arguments, and the tangents' buffers after the gradients') as a
+        :class:`SumLoop`, or None: a map, or its loop not compiled yet."""
+        if not self.sums or not self.compiled:
             return None
         return SumLoop(self.loop, self.plan.loop_shape, self.rows, self.nchunks,
                        self.chunk_size, self.totals_width, self.gradients, self.plan.dtype,
                        self.size >= config.parallel_threshold, self.plan.operands_for,
                        self.loop.py_func.__code__.co_filename)
+
+    def prepared_for(self, operands):
+        """The prepared call that runs ``operands``: this one (a tangent mode's
+        :class:`~.tangents.TangentCall` has one per tangents' signature)."""
+        return self
 
     # ------------------------------------------------------------------ the modes
 

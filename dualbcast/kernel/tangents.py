@@ -103,6 +103,12 @@ class TangentCall:
                         self.positions)
         return kernel.prepared_call(spec, joint)
 
+    def prepared_for(self, operands):
+        """The prepared call that runs ``operands`` (the arguments, then the
+        tangents): one of this mode's kernel loops, for code that calls it itself."""
+        nargs = len(self.values_plan.kinds)
+        return self._prepared(tuple(operands[:nargs]), tuple(operands[nargs:]))
+
     def _run(self, mode, values, tangents):
         if mode != self.mode:
             raise TypeError(f"{self.kernel.__name__}: a call prepared for {self.mode} "
