@@ -11,10 +11,15 @@ from .bench_kernels import best_in_turns, best_time
 from .gradients import CASES, OURS, PEERS, SYSTEMS, make_call
 from .machine_load import QUICK
 
+# The peers GradientRatios times under CI's quick run (DUALBCAST_BENCH_QUICK).
+_QUICK_PEERS = ("numba", "jax")
+
 
 class GradientTimes:
     timeout = 300       # (a first db.jit call fuses: a chain of kernels compiles for seconds)
-    params = (list(CASES), list(SYSTEMS))
+    # (CI's quick run: the systems GradientRatios' quick run does not time, so that
+    # each runs once)
+    params = (list(CASES), [s for s in SYSTEMS if not QUICK or s not in _QUICK_PEERS])
     param_names = ["case", "system"]
 
     def setup(self, case, system):
@@ -30,7 +35,7 @@ class GradientRatios:
     timeout = 300
     # (CI's quick run: two peers of the five, each case still run against both of ours)
     params = (list(CASES), list(OURS), [p for p in PEERS if p not in OURS
-                                        and (not QUICK or p in ("numba", "jax"))])
+                                        and (not QUICK or p in _QUICK_PEERS)])
     param_names = ["case", "ours", "peer"]
 
     def setup(self, case, ours, peer):
