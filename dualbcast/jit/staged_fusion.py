@@ -23,7 +23,7 @@ is written out as one function, as a gradient program is (:mod:`.fusion`, whose
 :class:`~.fusion.ProgramWriter` and kernel loops' calls it shares): the kernels' own
 compiled loops, called; the scalar code from the rules' forms; the passes from the
 rules' per-element products (:mod:`.fused_runtime`).  Exactly the replay's bits.  A
-non-finite value anywhere hands the call back to the generated replay, which meets
+non-finite value it computes hands the call back to the generated replay, which meets
 NumPy's warnings and errors as a trace would; so does a kernel whose names changed (its
 loop is compiled afresh: this function called the old one, and is dropped).
 """
@@ -148,8 +148,13 @@ class StagedWriter(ProgramWriter):
     def _scalar(self, record, op):
         # x + y, x - y, x * y, x / y, x ** y, -x of float64 scalars: the rule's form,
         # which is the IEEE operation NumPy performs (the C library's pow for **).
+        # Not np.power(x, y) called as a ufunc: its loop takes fast paths (y = 0.5, 2,
+        # -1) that round otherwise than pow, where the scalar ** of NumPy and Python
+        # calls pow.
         _, form = self.form(op)
         require(form.partials is not None or form.cotangents is not None)
+        require(op is not np.power and op is not np.float_power,
+                "numpy.power called as a ufunc (its fast paths round otherwise than pow)")
         self._scalar_value(record, form.value)
 
     def _scalar_value(self, record, template):
