@@ -74,7 +74,11 @@ def jit(fn: Callable) -> Callable:
     partials), and
     ``np.sum`` of their values over all axes, the leading or the trailing ones -- as
     compiled loops (one per run of operations over one shape, cached on disk), with
-    NumPy's bits (its order of additions included).  Called inside a
+    NumPy's bits (its order of additions included).  A staged program made only of
+    kernel sums and their derivatives' loops, float64 scalar arithmetic and NaN-safe
+    passes over the gradients they give (the Hessian-vector product of
+    ``F(k.sum(x))``) runs from its first replay as one Numba function, as a gradient's
+    program does, with the same bits.  Called inside a
     trace (``db.grad(db.jit(f))``), ``f`` runs as it is.
 
     What a replay checks, it checks on every call, and traces again when anything
