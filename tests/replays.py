@@ -1,5 +1,7 @@
 """The replay programs a jitted function keeps, for tests that check which one ran
 (recorded, generated, fused)."""
+import numpy as np
+
 from dualbcast.jit import jitted
 from dualbcast.jit.gradient import GradientPrograms
 
@@ -38,3 +40,17 @@ def staged_plans(jitted):
             return [entry.program.plan for entry in found.entries.values()
                     if entry.program is not None and entry.program.plan is not None]
     raise LookupError("no staged programs")
+
+
+def same_bits(got, want):
+    """Same type, dtype, shape and bits (nested tuples of arrays and scalars)."""
+    assert type(got) is type(want), (type(got), type(want))
+    if isinstance(want, tuple):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            same_bits(g, w)
+    elif isinstance(want, np.ndarray):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes()
+    else:
+        assert np.array(got).tobytes() == np.array(want).tobytes(), (got, want)

@@ -14,7 +14,7 @@ import pytest
 import dualbcast as db
 from dualbcast.jit import policy
 from dualbcast.jit.fused_runtime import exact_sum
-from replays import programs_of
+from replays import same_bits as _same, programs_of
 
 RNG = np.random.default_rng(11)
 
@@ -42,20 +42,6 @@ def inverse_square(x):
 def _program(vg):
     [entry] = programs_of(vg).entries.values()
     return entry.program
-
-
-def _same(got, want):
-    """Same type, dtype, shape and bits (nested tuples of arrays and scalars)."""
-    assert type(got) is type(want), (type(got), type(want))
-    if isinstance(want, tuple):
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            _same(g, w)
-    elif isinstance(want, np.ndarray):
-        assert got.dtype == want.dtype and got.shape == want.shape
-        assert got.tobytes() == want.tobytes()
-    else:
-        assert np.array(got).tobytes() == np.array(want).tobytes(), (got, want)
 
 
 def _agree(f, argsets, argnums=0):

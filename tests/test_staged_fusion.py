@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 
 import dualbcast as db
 from dualbcast.config import config
-from replays import staged_programs_of
+from replays import same_bits as _same, staged_programs_of
 
 RNG = np.random.default_rng(23)
 
@@ -49,20 +49,6 @@ def _program(jitted):
 def _fused(jitted):
     fused = _program(jitted).fused
     return fused is not None and fused.fusion is not None and fused.fusion.function is not None
-
-
-def _same(got, want):
-    """Same type, dtype, shape and bits (nested tuples of arrays and scalars)."""
-    assert type(got) is type(want), (type(got), type(want))
-    if isinstance(want, tuple):
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            _same(g, w)
-    elif isinstance(want, np.ndarray):
-        assert got.dtype == want.dtype and got.shape == want.shape
-        assert got.tobytes() == want.tobytes()
-    else:
-        assert np.array(got).tobytes() == np.array(want).tobytes(), (got, want)
 
 
 def _agree(f, argsets):
