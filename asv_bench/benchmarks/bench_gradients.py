@@ -18,8 +18,9 @@ _QUICK_PEERS = ("numba", "jax")
 class GradientTimes:
     timeout = 300       # (a first db.jit call fuses: a chain of kernels compiles for seconds)
     # (CI's quick run: the systems GradientRatios' quick run does not time, so that
-    # each runs once)
-    params = (list(CASES), [s for s in SYSTEMS if not QUICK or s not in _QUICK_PEERS])
+    # each runs once: not ours, which it times against every peer it takes)
+    params = (list(CASES), [s for s in SYSTEMS
+                            if not QUICK or s not in _QUICK_PEERS + OURS])
     param_names = ["case", "system"]
 
     def setup(self, case, system):

@@ -135,10 +135,10 @@ def _loop(w, k, out, prepared, operands, buffers, registers):
     if totals is None:
         totals = w.arrays["t", prepared.nchunks, width] = f"t{len(w.arrays)}"
         w.forward.append(f"{totals} = _empty(({chunks}, {width}))")
-    scratch = w.arrays.get(("r", prepared.chunk_size, width))
+    scratch = w.arrays.get(("r", prepared.scratch_row, width))
     if scratch is None:
-        scratch = w.arrays["r", prepared.chunk_size, width] = f"r{len(w.arrays)}"
-        w.forward.append(f"{scratch} = _empty(({width}, {w.int_name(prepared.chunk_size)}))")
+        scratch = w.arrays["r", prepared.scratch_row, width] = f"r{len(w.arrays)}"
+        w.forward.append(f"{scratch} = _empty(({width}, {w.int_name(prepared.scratch_row)}))")
     call = f"({shape}), 0, {chunks}, {w.int_name(prepared.rows)}, " \
            f"{', '.join(operands + buffers)}, {totals}"
     if prepared.threaded:

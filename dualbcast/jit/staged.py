@@ -32,6 +32,7 @@ from .staged_fusion import plan_staged_fusion
 from .staged_plan import operand_slots, plan_records
 
 _FLOAT_SCALARS = (float, np.float64, np.float32, np.float16)
+MISSED = object()       # a short path's "not here": the general path takes the call
 
 
 def traceable(arg):
@@ -75,6 +76,10 @@ class StagedPrograms(Signatures):
             # Inside a trace (jit(f) differentiated, or called by a traced function):
             # f runs as it is, its operations recorded by that trace.
             return f(*args, **kwargs)
+        if not kwargs:
+            output = self._replay_short(args)
+            if output is not MISSED:
+                return output
         inputs = tuple(map(self.takes_as_input, args))
         trees = []
         entry, arrays = self.entry_for(args, kwargs, inputs, trees)
@@ -105,6 +110,25 @@ class StagedPrograms(Signatures):
         if self.runs_eagerly(entry, arrays):
             return f(*args, **kwargs)
         return self._trace(entry, args, kwargs, inputs, arrays, why)
+
+    def _replay_short(self, args):
+        """The common call of a fused program on a short path: float arrays as the
+        positional arguments, whose signature key is made here as :func:`.signature`
+        makes it.  The output, or :data:`MISSED`: the general path takes the call, and
+        whatever failed here."""
+        key = []
+        for arg in args:
+            if type(arg) is not np.ndarray or arg.dtype.kind != "f":
+                return MISSED
+            key.append((arg.shape, arg.dtype, arg.strides))
+        entry = self.entries.get(tuple(key))
+        program = None if entry is None else entry.program
+        if program is None:
+            return MISSED
+        output = program.run_fused(list(args), self.free_variables)
+        if output is not MISSED:
+            entry.replays += 1
+        return output
 
     def _trace(self, entry, args, kwargs, inputs, arrays, why):
         """``f(*args, **kwargs)``, traced on a staging tape; its program kept for the
@@ -256,6 +280,31 @@ class StagedProgram(Program):
             if np.shape(values[slot]) != shape:
                 raise GuardFailed("an array computed from an integer input has another "
                                   "shape than at the trace")
+        return self._output(values)
+
+    def run_fused(self, values, read_free_variables):
+        """:meth:`run` by the fused function alone, on the input leaves ``values`` of a
+        call with no constant argument: the output, or :data:`MISSED` (not fused yet
+        or any more, a check failed, or the function handed the call back), where the
+        caller takes the general path, which checks again and meets what failed.  No
+        floating-point state is set: the fused function runs no NumPy operation, and
+        gives the call back at a non-finite value."""
+        fused = self.fused
+        if fused is None or fused.fusion is None or fused.fusion.function is None \
+                or self.shapes or not underflow_ignored():
+            return MISSED
+        try:
+            self.check((), read_free_variables)
+        except GuardFailed:
+            return MISSED
+        # (the kernels' loops the function calls: not among the kernel calls the check
+        # above sees, which are the gradient rules')
+        if not fused.fusion.current() or fused(values) is None:
+            return MISSED
+        return self._output(values)
+
+    def _output(self, values):
+        """The output's structure filled in from the program's ``values``."""
         return unflatten(self.tree, [_as_traced(values[output[1]], output[2])
                                      if output[0] == "slot" else _fresh(output[1])
                                      for output in self.outputs])

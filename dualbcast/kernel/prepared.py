@@ -18,6 +18,11 @@ from .loops import ACCUMULATE, REGISTER, STORE, SUM_MODES
 from .threads import ThreadChoice, enter_parallel_region, leave_parallel_region
 
 CHUNK_ELEMENTS = 1 << 12     # elements per chunk of a loop (the unit threads share)
+# A sum's scratch has a row per summed value, each a chunk long, and each row is padded
+# by a cache line: unpadded, rows of 4096 float64s start 32 KiB apart, where they all
+# share one set of the 8-way L1 cache, so a loop storing more than eight rows per
+# element (a Hessian's stores 20) lost a line at every store (1.2-1.3x of its time).
+SCRATCH_PAD = 8
 
 
 class SumLoop(NamedTuple):
@@ -29,7 +34,7 @@ class SumLoop(NamedTuple):
     runs it over ``operands`` (``operands_for(args)``, the call's arguments bound as
     the kernel takes them), writing each ``STORE`` gradient whole into its 1-d buffer
     in ``stored`` (in argument order) and, per chunk ``c``, ``totals[c] = (sum,
-    REGISTER gradients...)``; ``scratch``: a ``(totals_width, chunk_size)`` array.
+    REGISTER gradients...)``; ``scratch``: a ``(totals_width, scratch_row)`` array.
     In the tangent modes the operands are the arguments then the tangents, ``stored``
     the gradients' buffers then their tangents', and ``totals[c] = (sum, its tangent,
     REGISTER gradients..., their tangents...)``."""
@@ -37,7 +42,7 @@ class SumLoop(NamedTuple):
     loop_shape: tuple
     rows: int
     nchunks: int
-    chunk_size: int
+    scratch_row: int            # the length of a scratch row: a chunk, padded
     totals_width: int
     gradients: tuple            # per active argument: (kind, shape, dtype, is_array)
     dtype: np.dtype
@@ -48,7 +53,7 @@ class SumLoop(NamedTuple):
 
 class PreparedCall:
     __slots__ = ("kernel", "mode", "loop", "dependencies", "plan", "single", "scalar_type", "size",
-                 "rows", "nchunks", "chunk_size", "totals_width", "splittable", "gradients",
+                 "rows", "nchunks", "scratch_row", "totals_width", "splittable", "gradients",
                  "all_stored", "compiled", "sums", "threaded", "choice")
 
     def __init__(self, kernel, mode, loop, dependencies, plan, single, gradients, splittable):
@@ -67,7 +72,7 @@ class PreparedCall:
         else:
             self.rows = max(1, CHUNK_ELEMENTS // max(inner, 1))
             self.nchunks = -(-loop_shape[0] // self.rows)
-        self.chunk_size = self.rows * inner         # elements per chunk
+        self.scratch_row = self.rows * inner + SCRATCH_PAD     # elements per chunk, padded
         self.totals_width = loop.spec.totals_width
         # The common case, every gradient stored whole in its own dtype: no bookkeeping.
         self.all_stored = all(kind == STORE and _storable(dtype) == dtype
@@ -85,7 +90,7 @@ class PreparedCall:
         if not self.sums or not self.compiled:
             return None
         return SumLoop(self.loop, self.plan.loop_shape, self.rows, self.nchunks,
-                       self.chunk_size, self.totals_width, self.gradients, self.plan.dtype,
+                       self.scratch_row, self.totals_width, self.gradients, self.plan.dtype,
                        self.size >= config.parallel_threshold, self.plan.operands_for,
                        self.loop.py_func.__code__.co_filename)
 
@@ -255,7 +260,7 @@ class PreparedCall:
         if sums:
             totals = np.empty((self.nchunks, self.totals_width))
             outputs += (totals,)
-            scratch = (np.empty((workers, self.totals_width, self.chunk_size)),)
+            scratch = (np.empty((workers, self.totals_width, self.scratch_row)),)
         try:
             start = time.perf_counter()
             if workers > 1 and enter_parallel_region():
@@ -296,7 +301,7 @@ class PreparedCall:
         """Compile the threaded driver now, with the loop, for the arguments of this
         first large call: the next one runs on threads without a second pause."""
         workers = min(config.threads, self.nchunks)
-        scratch = (np.empty((workers, self.totals_width, self.chunk_size)),) if self.sums else ()
+        scratch = (np.empty((workers, self.totals_width, self.scratch_row)),) if self.sums else ()
         arguments = (workers, np.zeros(workers, np.bool_), self.plan.loop_shape, self.nchunks,
                      self.rows, *operands, *outputs, *scratch)
         driver = self.loop.parallel.made()
