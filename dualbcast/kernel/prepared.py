@@ -70,7 +70,9 @@ class PreparedCall:
         if not loop_shape:
             self.rows, self.nchunks = 1, 1
         else:
-            self.rows = max(1, CHUNK_ELEMENTS // max(inner, 1))
+            # (no more rows than there are: a sum's scratch, allocated per call, is then
+            # as small as the call, where a 100-element sum allocated 4096-element rows)
+            self.rows = max(1, min(CHUNK_ELEMENTS // max(inner, 1), loop_shape[0]))
             self.nchunks = -(-loop_shape[0] // self.rows)
         self.scratch_row = self.rows * inner + SCRATCH_PAD     # elements per chunk, padded
         self.totals_width = loop.spec.totals_width
