@@ -429,6 +429,28 @@ def test_jacfwd_of_a_kernel_model_is_its_partials_against_jax(jax):
     np.testing.assert_allclose(ours, stacked, rtol=1e-14, atol=1e-15)
 
 
+def test_jacfwd_of_a_kernel_model_is_the_partials_loop_bit_for_bit():
+    # jacfwd's unit tangents select each argument's partial: the loop's own block of
+    # partials, no product (a -0.0 partial stays -0.0), a fresh array on every call
+    t = np.linspace(0.0, 5.0, 301)
+    jacobian = db.jacfwd(lambda p: damped_wave(t, *p))
+    for p in (np.array([1.5, 0.3, 2.0, -0.2]), np.array([-0.0, 0.3, 0.0, 1.0])):
+        partials = damped_wave.value_and_partials(t, *p, wrt=(1, 2, 3, 4))[1]
+        first = jacobian(p)
+        assert first.shape == (301, 4) and first.dtype == np.float64
+        assert np.stack(partials, axis=-1).tobytes() == np.ascontiguousarray(first).tobytes()
+        kept = first.copy()
+        second = jacobian(p + 1.0)
+        assert not np.shares_memory(first, second)
+        np.testing.assert_array_equal(first, kept)
+    # other tangents than the unit ones: the sums of products, as before
+    p = np.array([1.5, 0.3, 2.0, -0.2])
+    tangents = np.array([[2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0],
+                         [0.0, 0.0, 0.0, 0.0]])
+    batch = db.vmap(lambda v: db.jvp(lambda p: damped_wave(t, *p), (p,), (v,))[1])(tangents)
+    np.testing.assert_allclose(batch, tangents @ jacobian(p).T, rtol=1e-14, atol=1e-15)
+
+
 @db.fast_broadcast
 def root(x, a, b):
     return a * math.sqrt(x) + b * x
