@@ -379,6 +379,84 @@ def test_prepared_calls_as_the_core_calls_them():
                                rtol=1e-15)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shapes", [((5,), (), ()), ((3, 4), (3, 1), ()), ((4,), (4,), (4,))],
+                         ids=["scalars", "broadcast", "arrays"])
+def test_several_tangent_directions_in_one_loop_are_one_direction_each(shapes, dtype):
+    # a width-3 loop (three directions at once: the chunks of a Hessian's unit tangents)
+    # gives, per direction, the bits of the one-direction loop; gradients kept in
+    # registers, stored whole, and summed into a broadcast argument's shape
+    rng = np.random.default_rng(7)
+    values = tuple(rng.uniform(0.2, 1.6, shape).astype(dtype) if shape
+                   else dtype(rng.uniform(0.2, 1.6)) for shape in shapes)
+    wrt, positions = (0, 1, 2), (1, 2)
+    directions = [(rng.standard_normal(shapes[0]).astype(dtype), dtype(0.5)),
+                  (dtype(1.0), dtype(0.0)), (dtype(0.0), dtype(-2.0))]
+    for kernel in (pair, branchy):
+        call = kernel.prepare("sum_partials_tangent", values, (wrt, positions, 3))
+        flat = tuple(directions[d][q] for q in range(2) for d in range(3))
+        total, tangents, grads, grad_tangents = call.sum_partials_tangent(values, flat)
+        assert len(tangents) == 3 and len(grad_tangents) == 3
+        one = kernel.prepare("sum_partials_tangent", values, (wrt, positions))
+        for d, tangent in enumerate(directions):
+            want = one.sum_partials_tangent(values, tangent)
+            got = (total, tangents[d], grads, grad_tangents[d])
+            for g, w in zip(got[:2], want[:2]):
+                assert type(g) is type(w) and np.asarray(g).tobytes() == np.asarray(w).tobytes()
+            for gs, ws in zip(got[2:], want[2:]):
+                for g, w in zip(gs, ws):
+                    assert type(g) is type(w) and np.shape(g) == np.shape(w)
+                    assert np.asarray(g).dtype == np.asarray(w).dtype
+                    assert np.asarray(g).tobytes() == np.asarray(w).tobytes()
+    with pytest.raises(TypeError, match="6 \\(3 per tangent position"):
+        call.sum_partials_tangent(values, flat[:4])
+    with pytest.raises(TypeError, match="no tangent width"):
+        pair.prepare("partials_tangent", values, (wrt, positions, 3))
+    with pytest.raises(TypeError, match="no tangent width"):
+        pair.prepare("sum_partials_tangent", values, (wrt, positions, 0))
+
+
+@db.fast_broadcast
+def wide(x, a, b, c, d, e, f, g):
+    eta = a + b * x + c * x * x + d * math.sin(x) + e * math.exp(-x) + f * g * x
+    return math.log1p(math.exp(eta)) + 0.5 * eta * eta * x
+
+
+def wide_ag(x, a, b, c, d, e, f, g):
+    eta = a + b * x + c * x * x + d * anp.sin(x) + e * anp.exp(-x) + f * g * x
+    return anp.log1p(anp.exp(eta)) + 0.5 * eta * eta * x
+
+
+@pytest.mark.parametrize("count", [1, 2, 4, 5, 7])
+def test_a_hessian_in_chunks_of_unit_tangents_is_one_tangent_at_a_time(count, monkeypatch):
+    # the Hessian of a sum in scalar parameters: chunks of at most three unit tangents
+    # per loop (the last one padded), the bits of one loop per tangent, eager and under
+    # db.jit; beside an array argument (map loops, one per tangent) in one Hessian
+    from dualbcast.rules import fast_nested
+    x = np.linspace(-1.0, 1.5, 40)
+    fixed = [0.1, -0.2, 0.3, 0.05, -0.1, 0.2, 0.4]
+
+    def params(v):
+        return [v[i] if i < count else fixed[i] for i in range(7)]
+
+    def scalars(v):         # (the sum's own tangent enters too: g g' + s H)
+        return wide.sum(x, *params(v)) ** 2
+
+    def mixed(w):
+        return wide.sum(w[count:], *params(w))
+    v = np.linspace(-0.3, 0.4, count)
+    w = np.concatenate([v, x[:6]])
+    chunked = [db.hessian(scalars)(v), db.hessian(mixed)(w)]
+    jitted = db.jit(db.hessian(scalars))
+    chunked += [jitted(v) for _ in range(3)]
+    monkeypatch.setattr(fast_nested, "CHUNK", 1)
+    single = [db.hessian(scalars)(v), db.hessian(mixed)(w)]
+    for got, want in zip(chunked, single + single[:1] * 3):
+        assert got.tobytes() == want.tobytes()
+    oracle = autograd.hessian(lambda v: anp.sum(wide_ag(x, *params(v))) ** 2)(v)
+    np.testing.assert_allclose(chunked[0], oracle, rtol=1e-11, atol=1e-11)
+
+
 def test_errors():
     r = np.array([0.3, 0.9, 1.4])
     with pytest.raises(ValueError, match="do not broadcast"):

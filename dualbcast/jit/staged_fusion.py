@@ -34,7 +34,7 @@ import numpy as np
 from ..config import config
 from ..core.box import _as_kind
 from ..core.tape import LinearRecord
-from ..kernel.loops import REGISTER, STORE, TANGENT_MODES
+from ..kernel.loops import REGISTER, STORE
 from ..rules.common import nan_safe_product, nan_safe_sum
 from ..rules.fast_nested import KernelLoop
 from ..kernel.arguments import read_only_alias
@@ -229,7 +229,7 @@ class StagedWriter(ProgramWriter):
         operands = _operands(self, k, record, loop)
         self.kernels.append(loop)
         self.dependencies.append(prepared.dependencies)
-        channels = 2 if call.loop in TANGENT_MODES else 1
+        channels = prepared.loop.spec.channels     # (the value, its tangents' directions)
         stored = []
         for kind, shape, dtype, is_array in loop.gradients:
             require(dtype == _FLOAT64 and (kind == REGISTER or kind == STORE and is_array),

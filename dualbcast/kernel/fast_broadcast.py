@@ -518,13 +518,13 @@ def _by_name(module, qualname, cache_key):
 def _wrt_key(wrt):
     """``wrt`` as part of a cache key (plain ints only: ``True`` must not find the
     entry of ``1`` and skip its validation); the tangent modes' ``(wrt, positions)``
-    too."""
+    too, and their ``(wrt, positions, width)``."""
     if type(wrt) is int or wrt is None:
         return wrt
     if type(wrt) in (tuple, list):
         if _INT.issuperset(map(type, wrt)):
             return (type(wrt), *wrt)
-        if len(wrt) == 2:
+        if len(wrt) in (2, 3):
             key = tuple(map(_wrt_key, wrt))
             if _UNCACHEABLE not in key:
                 return (type(wrt), key)

@@ -176,8 +176,10 @@ class PreparedCall:
         return both[0], both[1]
 
     def sum_tangent(self, operands):
-        total, tangent = self._run(operands, ())
-        return self.scalar_type(total), self.scalar_type(tangent)
+        sums = self._run(operands, ())
+        width = self.loop.spec.width
+        tangents = tuple(map(self.scalar_type, sums[1:1 + width]))
+        return self.scalar_type(sums[0]), (tangents[0] if width == 1 else tangents)
 
     def partials_tangent(self, operands):
         plan, n = self.plan, len(self.gradients)
@@ -188,6 +190,13 @@ class PreparedCall:
         return both[0], both[1], tuple(parts[0]), tuple(parts[1])
 
     def sum_partials_tangent(self, operands):
+        """``(total, its tangent, gradients, their tangents)``; with tangents in
+        ``width`` > 1 directions, the tangent of the total is a tuple over the
+        directions, and the gradients' tangents a tuple over the directions of tuples
+        over the gradients."""
+        width = self.loop.spec.width
+        if width > 1:
+            return self._sum_partials_tangents(operands, width)
         if self.all_stored:
             grads = tuple(np.empty(shape, dtype) for _, shape, dtype, _ in self.gradients)
             tangents = tuple(np.empty(shape, dtype) for _, shape, dtype, _ in self.gradients)
@@ -200,6 +209,22 @@ class PreparedCall:
         return (self.scalar_type(sums[0]), self.scalar_type(sums[1]),
                 tuple(self._gradients(buffers, sums[2:2 + registers])),
                 tuple(self._gradients(tangent_buffers, sums[2 + registers:])))
+
+    def _sum_partials_tangents(self, operands, width):
+        buffers, loop_buffers = self._gradient_buffers()
+        directions = [self._gradient_buffers() for _ in range(width)]
+        sums = self._run(operands, tuple(loop_buffers + [buffer for _, direction in directions
+                                                         for buffer in direction]))
+        # (the totals' row: the sum, its tangents; the register gradients; their
+        # tangents in direction 0, in direction 1...)
+        registers = len(sums) // (1 + width) - 1
+        rest = sums[1 + width:]
+        scalar = self.scalar_type
+        return (scalar(sums[0]), tuple(map(scalar, sums[1:1 + width])),
+                tuple(self._gradients(buffers, rest[:registers])),
+                tuple(tuple(self._gradients(tangent_buffers,
+                                            rest[registers * (1 + k):registers * (2 + k)]))
+                      for k, (tangent_buffers, _) in enumerate(directions)))
 
     def _check_out(self, out, args):
         """``out`` as one entry per gradient, each None or an array to write into,

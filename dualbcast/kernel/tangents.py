@@ -18,6 +18,11 @@ positional and complete, no boxes) gives for these modes a :class:`TangentCall`:
   tangent: a Hessian-vector product) reduced to its argument's shape and dtype, as
   ``sum_and_partials`` gives it.
 
+``prepare("sum_partials_tangent", values, (wrt, tangent_positions, width))`` carries
+``width`` tangent directions in one loop (:mod:`.loops`): ``tangents`` then holds
+``width`` tangents per position (position by position), and the tangent of the total
+and of each gradient is given per direction (``PreparedCall.sum_partials_tangent``).
+
 ``tangents`` is a tuple aligned with ``tangent_positions`` (sorted or not, no
 repeats), each a float scalar or an array broadcastable to the broadcast shape of the
 arguments (it may not enlarge it).  Partials are tuples always.  Results are in the
@@ -43,18 +48,25 @@ class TangentCall:
     """The calls of one tangent mode over arguments of one signature, each prepared at
     the first call with its tangents' signature."""
 
-    __slots__ = ("kernel", "mode", "values_plan", "wrt", "positions", "_calls")
+    __slots__ = ("kernel", "mode", "values_plan", "wrt", "positions", "width", "_calls")
 
     def __init__(self, kernel, mode, values, positions):
         name = kernel.__name__
         self.kernel, self.mode = kernel, mode
         self.values_plan = plan = plan_call(name, values)
         nargs = len(plan.kinds)
+        self.width = 1
         if mode in ("partials_tangent", "sum_partials_tangent"):
-            if not (isinstance(positions, (tuple, list)) and len(positions) == 2):
+            if not (isinstance(positions, (tuple, list)) and len(positions) in (2, 3)):
                 raise TypeError(f"{name}: {mode} takes (wrt, tangent_positions), "
                                 f"not {positions!r}")
-            wrt, positions = positions
+            wrt, positions, *width = positions
+            if width:
+                self.width = width[0]
+                if mode != "sum_partials_tangent" or type(self.width) is not int \
+                        or self.width < 1:
+                    raise TypeError(f"{name}: {mode} takes no tangent width {width[0]!r} "
+                                    f"(sum_partials_tangent: an int >= 1)")
             self.wrt = kernel._active(wrt, plan)[0]
         else:
             self.wrt = ()
@@ -69,9 +81,10 @@ class TangentCall:
         key = signature_key(tangents) if type(tangents) is tuple else None
         call = self._calls.get(key) if key is not None else None
         if call is None:
-            if not isinstance(tangents, (tuple, list)) or len(tangents) != len(self.positions):
+            count = len(self.positions) * self.width
+            if not isinstance(tangents, (tuple, list)) or len(tangents) != count:
                 raise TypeError(f"{self.kernel.__name__}: tangents must be a tuple of "
-                                f"{len(self.positions)} (one per tangent position "
+                                f"{count} ({self.width} per tangent position "
                                 f"{self.positions}), not {tangents!r}")
             call = self._make(values, tangents)
             if key is not None:
@@ -93,14 +106,15 @@ class TangentCall:
                 f"(or {name}.sum) instead: it is differentiated in its tangents to any order")
         joint = plan_call(name, tuple(values) + tuple(tangents))
         if joint.shape != plan.shape:
+            positions = [i for i in self.positions for _ in range(self.width)]
             described = ", ".join(f"{i}: {shape}" for i, (shape, _, _) in
-                                  zip(self.positions, joint.described[len(values):]))
+                                  zip(positions, joint.described[len(values):]))
             raise ValueError(f"{name}: tangents of shapes {{{described}}} do not broadcast "
                              f"to the arguments' broadcast shape {plan.shape}")
         # The tangents are cast to the arguments' dtype: they never change the result's.
         joint.dtype = plan.dtype
         spec = LoopSpec(self.mode, joint.kinds, self.wrt, joint.ndim, (), plan.dtype.name,
-                        self.positions)
+                        self.positions, self.width)
         return kernel.prepared_call(spec, joint)
 
     def prepared_for(self, operands):
