@@ -196,6 +196,28 @@ def test_random_programs_hvp_jit_equals_eager(ops, finish, calls):
     _same_outcomes(hvp, db.jit(hvp), calls)
 
 
+def test_a_float32_scalars_tangent_is_float32_eager_and_jitted():
+    # (found by the random programs above: the tangent of np.max of a float32 array, a
+    # NumPy scalar, stayed float64, and the power after it formed its tangent from the
+    # scalar's partial eagerly but from the traced rule under jit: np.float64 against
+    # np.float32, and a float32 Hessian-vector product of -2.5e-08 against 0)
+    def f(x, a):
+        v = np.max(x) ** 0.5
+        v = np.where(v > 0.0, v, 2.0 * v)
+        return np.sum(v * v) + 1.0
+
+    def jvp(x, a):
+        return db.jvp(lambda x: np.max(x) ** 0.5, (x,), (np.ones_like(x),))
+
+    def hvp(x, a):
+        return db.jvp(db.grad(f), (x, a), (np.ones_like(x), 1.0))[1]
+    x = np.array(0.5, dtype=np.float32)
+    assert type(jvp(x, 0.0)[1]) is np.float32
+    calls = [(np.array(0.0, dtype=np.float32), 0.0)] + [(x, 0.0)] * 3
+    _same_outcomes(jvp, db.jit(jvp), calls)
+    _same_outcomes(hvp, db.jit(hvp), calls)
+
+
 def test_scalar_code_hvp_under_jit_is_bit_for_bit():
     """A power of a traced NumPy scalar is NumPy's scalar power at every level (the
     ufunc's vectorised pow rounded differently: 1 ulp apart, in float32 and float64)."""

@@ -213,6 +213,9 @@ def _like(tangent, ans):
     if getattr(tangent, "shape", ()) != shape:
         tangent = np.broadcast_to(tangent, shape)
     dtype = _dtype(ans)
-    if _dtype(tangent) != dtype and (shape or isinstance(ans, np.ndarray)):
-        tangent = tangent.astype(dtype)
+    if _dtype(tangent) != dtype and (shape or hasattr(ans, "dtype")):
+        # (a NumPy scalar's too, traced or not: its tangent computed from a float64
+        # tangent would otherwise stay float64, and a jitted jvp, whose values are
+        # traced, would form it otherwise than the eager one)
+        tangent = tangent.astype(dtype) if hasattr(tangent, "astype") else dtype.type(tangent)
     return tangent
