@@ -149,6 +149,41 @@ def test_a_kernel_compiled_afresh_drops_the_fused_function():
     _same(jitted(x, v), hvp(x, v))
 
 
+SCALE = 2.0
+WEIGHTS = np.linspace(0.5, 1.5, 20)
+
+
+def test_the_fused_calls_short_path_checks_what_the_general_path_checks(fused_runs):
+    # a fused program's calls skip the general path (positional float arrays): what it
+    # checks, it checks too -- a rebound global, a closed-over array changed in place,
+    # another signature, keyword arguments -- each call the eager call's bits
+    global SCALE
+
+    def hvp(x, v, *, power=3):
+        return db.jvp(db.grad(lambda x: SCALE * wave.sum(x, WEIGHTS, 0.5) ** power),
+                      (x,), (v,))[1]
+    x, v = RNG.uniform(0.2, 1.5, 20), RNG.standard_normal(20)
+    jitted = _agree(hvp, [(x, v)] * 4)
+    assert _fused(jitted) and staged_programs_of(jitted).fused_runs
+    runs = len(fused_runs)
+    _same(jitted(x + 0.25, v), hvp(x + 0.25, v))
+    assert len(fused_runs) == runs + 1
+    try:
+        SCALE = 3.0
+        _same(jitted(x, v), hvp(x, v))
+        WEIGHTS[3] = 7.0
+        _same(jitted(x, v), hvp(x, v))
+    finally:
+        SCALE = 2.0
+        WEIGHTS[3] = 0.5 + 3 / 19
+    _same(jitted(x, v), hvp(x, v))
+    strided = np.repeat(x, 2)[::2]                  # (another signature: its strides)
+    _same(jitted(strided, v), hvp(strided, v))
+    _same(jitted(x, v, power=2), hvp(x, v, power=2))
+    _same(jitted(x.astype(np.float32), v.astype(np.float32)),
+          hvp(x.astype(np.float32), v.astype(np.float32)))
+
+
 def test_underflow_reported_runs_the_replay(fused_runs):
     x, v = RNG.uniform(0.2, 1.5, 20), RNG.standard_normal(20)
     jitted = _agree(eam_hvp, [(x, v)] * 3)

@@ -64,6 +64,9 @@ class StagedPrograms(Signatures):
         # into a plain array, np.take's rule): then constants, compared on every call,
         # as every other non-float argument.
         self.index_inputs = True
+        # Whether a program of this function runs fused: calls try the short path
+        # only then (a program that is not fused pays nothing for it).
+        self.fused_runs = False
 
     def takes_as_input(self, arg):
         if self.index_inputs:
@@ -76,7 +79,7 @@ class StagedPrograms(Signatures):
             # Inside a trace (jit(f) differentiated, or called by a traced function):
             # f runs as it is, its operations recorded by that trace.
             return f(*args, **kwargs)
-        if not kwargs:
+        if self.fused_runs and not kwargs:
             output = self._replay_short(args)
             if output is not MISSED:
                 return output
@@ -102,6 +105,8 @@ class StagedPrograms(Signatures):
                 self.replay_failed(entry, why)
             else:
                 entry.replays += 1
+                if not self.fused_runs and program.runs_fused():
+                    self.fused_runs = True
                 return output
             finally:
                 restore_float_errors(errors)
@@ -282,6 +287,12 @@ class StagedProgram(Program):
                                   "shape than at the trace")
         return self._output(values)
 
+    def runs_fused(self):
+        """Whether the program's fused function is compiled and in use."""
+        fused = self.fused
+        return fused is not None and fused.fusion is not None \
+            and fused.fusion.function is not None
+
     def run_fused(self, values, read_free_variables):
         """:meth:`run` by the fused function alone, on the input leaves ``values`` of a
         call with no constant argument: the output, or :data:`MISSED` (not fused yet
@@ -289,10 +300,9 @@ class StagedProgram(Program):
         caller takes the general path, which checks again and meets what failed.  No
         floating-point state is set: the fused function runs no NumPy operation, and
         gives the call back at a non-finite value."""
-        fused = self.fused
-        if fused is None or fused.fusion is None or fused.fusion.function is None \
-                or self.shapes or not underflow_ignored():
+        if not self.runs_fused() or self.shapes or not underflow_ignored():
             return MISSED
+        fused = self.fused
         try:
             self.check((), read_free_variables)
         except GuardFailed:
