@@ -196,8 +196,14 @@ class KernelLoop:
             return 1 + len(spec)
         if loop in ("tangent", "sum_tangent"):
             return 2
-        width = spec[2] if len(spec) == 3 else 1     # (tangent directions: see run_chunk)
-        return (1 + width) * (1 + len(spec[0]))
+        return (1 + self.width) * (1 + len(spec[0]))
+
+    @property
+    def width(self):
+        """The tangent directions a second-order sum loop carries (see
+        :func:`_linear_in_tangents`): ``spec`` ``(wrt, positions, width)``, else 1."""
+        second = self.loop in ("partials_tangent", "sum_partials_tangent")
+        return self.spec[2] if second and len(self.spec) == 3 else 1
 
     def __call__(self, *operands):
         values, tangents = operands[:self.nargs], operands[self.nargs:]
@@ -216,7 +222,7 @@ class KernelLoop:
         if loop in ("tangent", "sum_tangent"):
             return outputs
         value, value_tangent, partials, partial_tangents = outputs
-        if len(self.spec) == 3:         # several directions: each a tuple of them
+        if self.width > 1:              # several directions: each a tuple of them
             return (value, *value_tangent, *partials,
                     *(t for direction in partial_tangents for t in direction))
         return (value, value_tangent, *partials, *partial_tangents)
