@@ -300,16 +300,15 @@ class StagedProgram(Program):
         caller takes the general path, which checks again and meets what failed.  No
         floating-point state is set: the fused function runs no NumPy operation, and
         gives the call back at a non-finite value."""
-        if not self.runs_fused() or self.shapes or not underflow_ignored():
+        if not self.runs_fused() or self.shapes:
             return MISSED
-        fused = self.fused
         try:
             self.check((), read_free_variables)
         except GuardFailed:
             return MISSED
-        # (the kernels' loops the function calls: not among the kernel calls the check
-        # above sees, which are the gradient rules')
-        if not fused.fusion.current() or fused(values) is None:
+        # (_ran_fused checks the rest: underflow ignored, and the kernels' loops the
+        # function calls, which are not among the kernel calls the check above sees)
+        if not self._ran_fused(values):
             return MISSED
         return self._output(values)
 

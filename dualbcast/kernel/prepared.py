@@ -195,22 +195,19 @@ class PreparedCall:
         directions, and the gradients' tangents a tuple over the directions of tuples
         over the gradients."""
         width = self.loop.spec.width
-        if width > 1:
-            return self._sum_partials_tangents(operands, width)
-        if self.all_stored:
+        if width == 1 and self.all_stored:
             grads = tuple(np.empty(shape, dtype) for _, shape, dtype, _ in self.gradients)
             tangents = tuple(np.empty(shape, dtype) for _, shape, dtype, _ in self.gradients)
             sums = self._run(operands, tuple(g.reshape(-1) for g in grads + tangents))
             return self.scalar_type(sums[0]), self.scalar_type(sums[1]), grads, tangents
-        buffers, loop_buffers = self._gradient_buffers()
-        tangent_buffers, tangent_loop_buffers = self._gradient_buffers()
-        sums = self._run(operands, tuple(loop_buffers + tangent_loop_buffers))
-        registers = (len(sums) - 2) // 2
-        return (self.scalar_type(sums[0]), self.scalar_type(sums[1]),
-                tuple(self._gradients(buffers, sums[2:2 + registers])),
-                tuple(self._gradients(tangent_buffers, sums[2 + registers:])))
+        total, tangents, grads, grad_tangents = self._sum_partials_tangents(operands, width)
+        if width == 1:
+            return total, tangents[0], grads, grad_tangents[0]
+        return total, tangents, grads, grad_tangents
 
     def _sum_partials_tangents(self, operands, width):
+        """:meth:`sum_partials_tangent` with the tangents per direction, whatever the
+        gradients' kinds."""
         buffers, loop_buffers = self._gradient_buffers()
         directions = [self._gradient_buffers() for _ in range(width)]
         sums = self._run(operands, tuple(loop_buffers + [buffer for _, direction in directions

@@ -407,25 +407,24 @@ def _vjps(kernel, mode, active, which, nargs):
 def _finite_scalars(tangents):
     """Whether ``tangents`` are finite float scalars of one example each, batched by one
     vmap whose stacks are plain arrays."""
+    return _float64_scalars(tangents) and all(np.isfinite(t.value).all() for t in tangents)
+
+
+def _float64_scalars(tangents):
+    """Whether ``tangents`` are float64 scalars of one example each, batched by one
+    vmap whose stacks are plain arrays."""
     trace = getattr(tangents[0], "trace", None)
-    for t in tangents:
-        if type(t) is not Batched or t.trace is not trace or t.shape:
-            return False
-        if type(t.value) is not np.ndarray or t.value.dtype != np.float64 \
-                or not np.isfinite(t.value).all():
-            return False
-    return True
+    return all(type(t) is Batched and t.trace is trace and not t.shape
+               and type(t.value) is np.ndarray and t.value.dtype == np.float64
+               for t in tangents)
 
 
 def _unit_tangents(tangents):
     """Whether ``tangents`` are the unit tangents of one vmap (float64 scalars of one
     example each, example b's 1 for tangent b and 0 for the others), as ``jacfwd``
     makes them."""
-    trace = getattr(tangents[0], "trace", None)
-    for t in tangents:
-        if type(t) is not Batched or t.trace is not trace or t.shape \
-                or type(t.value) is not np.ndarray or t.value.dtype != np.float64:
-            return False
+    if not _float64_scalars(tangents):
+        return False
     stacked = np.stack([t.value for t in tangents], axis=1)
     return stacked.shape[0] == len(tangents) and (stacked == np.eye(len(tangents))).all()
 
@@ -448,8 +447,7 @@ def _rows(coefficients):
         if all(c.base is block and c.__array_interface__["data"][0] == start + i * block.strides[0]
                for i, c in enumerate(coefficients)):
             return block
-    shape = first.shape
-    return np.stack([np.broadcast_to(c, shape) for c in coefficients])
+    return np.stack(coefficients)
 
 
 def _finite_arrays(coefficients):
