@@ -13,16 +13,41 @@ through :func:`guarded_njit` instead, under which:
   (:class:`_CheckedFile`), so that damage is found before pickle reads machine code;
 - an entry naming a module another process may not have (:func:`_found_elsewhere`) is
   not written;
-- a failed write (a full disk) leaves the function compiled and uncached.
+- a failed write (a full disk) leaves the function compiled and uncached;
+- dualbcast's own helpers are stamped with :func:`library_fingerprint`, not with their
+  file: Numba's stamp is the function's own file, and a helper inlines the helpers it
+  calls from other files (``vmath.trig.sin`` calls ``vmath.common.two_sum``), so an
+  edit of any of them must recompile it.
 """
+import functools
 import hashlib
+import os
 import pickle
 import sys
 
 import numba
+import numpy as np
 from numba.core.caching import FunctionCache, IndexDataCacheFile
 
 from .compile_log import logger
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+@functools.lru_cache(maxsize=1)
+def library_fingerprint():
+    """A hex digest of dualbcast's source files and the versions of Numba, NumPy and
+    Python: what compiled code inlining dualbcast's helpers depends on."""
+    digest = hashlib.sha256()
+    for version in (numba.__version__, np.__version__, sys.version):
+        digest.update(version.encode())
+    for root, dirs, files in sorted(os.walk(_PACKAGE_DIR)):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                with open(os.path.join(root, name), "rb") as source:
+                    digest.update(name.encode() + source.read())
+    return digest.hexdigest()
 
 
 def guarded_njit(cache=False, **options):
@@ -44,8 +69,10 @@ class _GuardedCache(FunctionCache):
 
     def __init__(self, py_func):
         super().__init__(py_func)
-        self._cache_file = _CheckedFile(self._cache_path, self._impl.filename_base,
-                                        self._impl.locator.get_source_stamp())
+        stamp = self._impl.locator.get_source_stamp()
+        if _in_library(py_func):
+            stamp = ("dualbcast", library_fingerprint())
+        self._cache_file = _CheckedFile(self._cache_path, self._impl.filename_base, stamp)
         self._file = self._py_func.__code__.co_filename
 
     def load_overload(self, sig, target_context):
@@ -69,6 +96,11 @@ class _GuardedCache(FunctionCache):
         except Exception as error:      # a full disk, a directory made read-only, ...
             logger.info("%s: the disk cache entry for %s could not be written (%s: %s)",
                         self._file, sig, type(error).__name__, error)
+
+
+def _in_library(py_func):
+    path = os.path.abspath(py_func.__code__.co_filename)
+    return os.path.commonpath([path, _PACKAGE_DIR]) == _PACKAGE_DIR
 
 
 def _found_elsewhere(name):

@@ -212,3 +212,45 @@ def test_a_kernel_whose_module_cannot_be_found_is_not_cached(tmp_path):
         assert done.returncode == 0, done.stderr
     results = [json.loads(done.stdout.strip().splitlines()[-1]) for done in runs]
     assert results[0] == results[1] and results[1]["hits"] == 0
+
+
+# ------------------------------------------- dualbcast's own helpers, cached on disk
+
+HELPER_RUN = '''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import dualbcast
+from dualbcast.vmath import trig
+assert dualbcast.__file__.startswith(sys.argv[1]), dualbcast.__file__
+value = trig.sin(0.5)
+print(json.dumps({"value": value, "hits": sum(trig.sin.stats.cache_hits.values())}))
+'''
+
+
+def test_an_edit_of_a_library_file_a_cached_helper_inlines_compiles_it_afresh(tmp_path):
+    # vmath's sin inlines common.py's f64; Numba's own stamp is sin's file, trig.py,
+    # which this edit leaves alone: the library's fingerprint stamps it instead.
+    import math
+    import shutil
+    package = os.path.dirname(db.__file__)
+    shutil.copytree(package, tmp_path / "lib" / "dualbcast",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+
+    def run():
+        done = subprocess.run([sys.executable, "-c", HELPER_RUN, str(tmp_path / "lib")],
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.splitlines()[-1])
+
+    assert run() == {"value": math.sin(0.5), "hits": 0}
+    assert run() == {"value": math.sin(0.5), "hits": 1}         # loaded, not compiled
+    common = tmp_path / "lib" / "dualbcast" / "vmath" / "common.py"
+    source = common.read_text()
+    cast = "return context.cast(builder, args[0], x, types.float64)"
+    assert source.count(cast) == 1
+    common.write_text(source.replace(cast, "return builder.fmul(context.cast(builder, "
+                                     "args[0], x, types.float64), context.get_constant("
+                                     "types.float64, 2.0))"))
+    edited = run()
+    assert edited["hits"] == 0 and abs(edited["value"] - math.sin(1.0)) < 1e-15

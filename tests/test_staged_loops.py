@@ -764,7 +764,7 @@ def test_loops_cached_on_disk_are_named_by_the_librarys_fingerprint(tmp_path, mo
     x, jitted = RNG.standard_normal(40), db.jit(f)
     for _ in range(3):                      # (traced, then replayed: the loop compiled)
         assert _bits(jitted(x)) == _bits(f(x))
-    fingerprint = cache._library_fingerprint()[:20]
+    fingerprint = cache.library_fingerprint()[:20]
     assert [p.name for p in tmp_path.iterdir()] == [f"elementwise-{fingerprint}"]
 
 

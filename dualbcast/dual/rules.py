@@ -18,7 +18,7 @@ from .table import (BINARY, NUMPY_BINARY, NUMPY_EXPRESSIONS, NUMPY_PIECEWISE_CON
 
 #: Rules divide by zero on purpose (d log at 0 is +inf): NumPy's error model.  Forced
 #: inlining: a kernel loop is only vectorised when every call in it is inlined.
-JIT_OPTIONS = {"error_model": "numpy", "forceinline": True}
+JIT_OPTIONS = {"error_model": "numpy", "forceinline": True, "no_cfunc_wrapper": True}
 
 
 def overload(fn):

@@ -30,39 +30,20 @@ copy), or naming a module this process does not have — is compiled afresh and
 replaced, never raised (:mod:`dualbcast.safe_cache`, which every Numba function of
 dualbcast cached on disk goes through).
 """
-import functools
 import hashlib
 import importlib.util
 import os
 import sys
 
-import numba
-import numpy as np
 from ..config import config
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@functools.lru_cache(maxsize=1)
-def _library_fingerprint():
-    digest = hashlib.sha256()
-    for version in (numba.__version__, np.__version__, sys.version):
-        digest.update(version.encode())
-    for root, dirs, files in sorted(os.walk(_PACKAGE_DIR)):
-        dirs.sort()
-        for name in sorted(files):
-            if name.endswith(".py"):
-                with open(os.path.join(root, name), "rb") as source:
-                    digest.update(name.encode() + source.read())
-    return digest.hexdigest()
-
+from ..safe_cache import library_fingerprint
 
 def library_directory(kind):
     """The cache directory of dualbcast's own generated code of ``kind`` (``"fused"``
     replays, ``"elementwise"`` loops): named by the library's fingerprint, since the
     compiled code inlines dualbcast's helpers (``fused_runtime``'s sums), which Numba's
     cache does not check -- a new version of dualbcast compiles afresh."""
-    return f"{kind}-{_library_fingerprint()[:20]}"
+    return f"{kind}-{library_fingerprint()[:20]}"
 
 
 def kernel_fingerprint(dependencies, options):
@@ -71,7 +52,7 @@ def kernel_fingerprint(dependencies, options):
     that cannot be digested (it is then compiled without the disk cache)."""
     if dependencies.digest is None:
         return None
-    digest = hashlib.sha256(_library_fingerprint().encode())
+    digest = hashlib.sha256(library_fingerprint().encode())
     digest.update(repr(sorted(options.items())).encode())
     digest.update(dependencies.digest.encode())
     return digest.hexdigest()[:20]

@@ -78,7 +78,8 @@ class FastBroadcast:
         compiled_func = with_vector_math(self.py_func, libm=self.libm)
         # Inlined into the loops wherever it is called (LLVM only vectorises a loop
         # with no calls left in it).
-        return numba.njit(**self._jit_options, forceinline=True)(compiled_func)
+        return numba.njit(**self._jit_options, forceinline=True, no_cpython_wrapper=True,
+                          no_cfunc_wrapper=True)(compiled_func)
 
     def current_generation(self) -> int:
         """The kernel's generation: it starts a new one, compiled afresh, when a name

@@ -337,7 +337,7 @@ def compile_loop(spec, scalar_kernel, jit_options, cache_key=None):
     loop = namespace["loop"]
     loop.__doc__ = source
     cache = module is not None
-    compiled = guarded_njit(**jit_options, nogil=True, cache=cache)(loop)
+    compiled = guarded_njit(**jit_options, nogil=True, no_cfunc_wrapper=True, cache=cache)(loop)
     namespace["_loop"] = compiled
     compiled.spec = spec
     compiled.parallel = _Lazy(lambda: _compile_parallel(namespace, jit_options, cache))

@@ -36,7 +36,7 @@ from numba.extending import overload
 
 from . import explog, missing, trig  # noqa: F401  (missing: overloads)
 
-_JIT_OPTIONS = {"error_model": "numpy", "forceinline": True}
+_JIT_OPTIONS = {"error_model": "numpy", "forceinline": True, "no_cfunc_wrapper": True}
 _IMPLEMENTATIONS = {
     math.exp: explog.exp, math.expm1: explog.expm1, math.log: explog.log,
     math.log1p: explog.log1p, math.tanh: explog.tanh, math.sin: trig.sin, math.cos: trig.cos,

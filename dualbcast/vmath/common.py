@@ -9,18 +9,22 @@ Dekker's splitting gives the same bits (tested in both test files).
 float32 arguments are computed in float64 and rounded once: ``in_precision_of(x,
 f64(x))`` — which is also where a non-float argument is refused, naming the types taken.
 """
-from numba import njit, types
+from numba import types
 from numba.core import codegen, config
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
+
+from ..safe_cache import guarded_njit
 
 # numpy error model: float division never raises (no branches).  forceinline (LLVM
 # alwaysinline): a loop calling these sees straight-line machine code to vectorise.  Not
 # inline="always" (Numba inlining the IR into every caller): each kernel's first compile
 # then type-inferred every helper again; compiled once as functions of their own, the
 # ten-kernel chain's first gradient took 4.5 s instead of 6.5-7 s, with the same loop
-# times (measured in turns: chain partials at 10^3 and 10^5, the EAM loop).
-jit = njit(error_model="numpy", forceinline=True)
+# times (measured in turns: chain partials at 10^3 and 10^5, the EAM loop).  Cached on
+# disk (once per installation, stamped with the library's fingerprint: see safe_cache):
+# compiling them took ~2.5 s of the first process's first gradients (sin 0.8 s).
+jit = guarded_njit(error_model="numpy", forceinline=True, cache=True)
 
 
 def _target_has_fma():

@@ -16,7 +16,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload, register_jitable
 
-_JIT_OPTIONS = {"error_model": "numpy", "forceinline": True}
+_JIT_OPTIONS = {"error_model": "numpy", "forceinline": True, "no_cfunc_wrapper": True}
 
 
 def _float(*tys):
