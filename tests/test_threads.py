@@ -199,3 +199,26 @@ def test_the_sum_rules_backward_scaling_splits_across_threads_exactly(threads):
     want = b * 2.5
     multiply_in_place(b, 2.5)
     np.testing.assert_array_equal(b, want)
+
+
+@db.fast_broadcast
+def many_arguments(y, x1, x2, x3, x4, x5, x6, x7, x8, b0, b1, b2, b3, b4, b5, b6, b7, b8):
+    eta = b0 + b1 * x1 + b2 * x2 + b3 * x3 + b4 * x4 + b5 * x5 + b6 * x6 + b7 * x7 + b8 * x8
+    return math.log1p(math.exp(eta)) - y * eta
+
+
+def test_a_kernel_of_many_arguments_runs_on_threads(threads):
+    # Its Hessian's loop has 45 operands: the threaded driver's call of the loop (in a
+    # try block) once failed to compile for more than 30 arguments.
+    rng = np.random.default_rng(3)
+    rows = 3 * CHUNK_ELEMENTS + 5
+    data = [(rng.uniform(size=rows) < 0.5).astype(float)] + list(rng.normal(size=(8, rows)))
+    beta = rng.normal(size=9) * 0.3
+    hessian = db.hessian(lambda b: many_arguments.sum(*data, *b))
+    threads.parallel_threshold, threads.threads = 0, 1
+    serial = hessian(beta)
+    threads.threads = 2
+    np.testing.assert_array_equal(hessian(beta), serial)
+    X = np.column_stack([np.ones(rows)] + data[1:])
+    p = 1.0 / (1.0 + np.exp(-(X @ beta)))
+    np.testing.assert_allclose(serial, (X.T * (p * (1 - p))) @ X, rtol=1e-10)

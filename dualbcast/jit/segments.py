@@ -39,6 +39,7 @@ import numpy as np
 
 from ..core.registry import PRIMITIVES
 from ..core.tape import Record, RuleRecord
+from ..kernel.loops import packed_call
 from ..kernel.products import CHUNK
 from ..rules.fast import kernel_map_rule
 from ..rules.reductions import is_whole_sum
@@ -484,10 +485,9 @@ class SegmentSource:
     def _guarded(name, params):
         # A worker's exception would be lost in a parallel region (and a try there
         # keeps Numba from parallelising): each chunk reports one as nan.
-        params = ", ".join(params)
-        return [f"def {name}_guarded({params}):", "    try:",
-                f"        return {name}({params})", "    except Exception:",
-                "        return _NAN", ""]
+        pack, call = packed_call(name, params)
+        return [f"def {name}_guarded({', '.join(params)}):", f"    {pack}", "    try:",
+                f"        return {call}", "    except Exception:", "        return _NAN", ""]
 
     def functions(self):
         """The names of the helpers to compile, each with whether it is parallel."""

@@ -286,10 +286,12 @@ def _parallel_driver(params):
     operands = params[4:]
     if operands[-1] == "scratch":
         operands = operands[:-1] + ["scratch[t]"]      # each worker sums in its own row
+    pack, call = packed_call("_loop", params)
     return ["", "",
             f"def guarded_loop({args}):",
+            f"    {pack}",
             "    try:",
-            f"        _loop({args})",
+            f"        {call}",
             "    except Exception:",
             "        return True",
             "    return False",
@@ -304,6 +306,15 @@ def _parallel_driver(params):
             "                failed[t] = True",
             "            c = _next_chunk(queue)",
             "", ""]
+
+
+def packed_call(callee, params):
+    """``(packing, call)``: the source of a statement packing ``params`` into one tuple,
+    and of a call of ``callee`` with it unpacked.  For calls inside a ``try`` block:
+    CPython 3.11 builds the arguments of a call of more than 30 as a list turned into a
+    tuple, which Numba cannot compile there (a kernel of nine scalar arguments and
+    their tangents failed on threads); one starred tuple it can."""
+    return f"arguments = ({', '.join(params)},)", f"{callee}(*arguments)"
 
 
 def compile_loop(spec, scalar_kernel, jit_options, cache_key=None):
