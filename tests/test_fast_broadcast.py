@@ -208,8 +208,9 @@ def test_only_active_arguments_get_partials():
     assert g == pytest.approx(np.sum(x ** 2))
     (spec,) = [s for s in poly.specializations if s.mode == "sum_partials"]
     assert spec.n == 1                        # one partial, not ten
-    (signature,) = poly.scalar_kernel.signatures[-1:]
-    assert [str(t) for t in signature].count("Dual(float64, 1)") == 1
+    assert [str(t) for t in spec.argument_types()].count("Dual(float64, 1)") == 1
+    # (the loop calls the kernel with one dual: its kernel is inlined as Numba IR)
+    assert poly.loop(spec).__doc__.count("_dual(") == 1
 
 
 def test_specialisations_compile_once():
@@ -272,6 +273,20 @@ def test_kernel_usable_inside_njit_code():
         return wave(x, 1.0, 0.0) * 2.0
 
     assert twice(0.5) == pytest.approx(2 * math.sin(0.5))
+
+
+def test_a_kernel_called_from_njit_code_keeps_its_own_options():
+    # The loops take the kernel's Numba IR into theirs; a caller with other options
+    # (here Python's error model, which raises at a division by zero) calls it compiled
+    # with its own (NumPy's: inf).
+    reciprocal = db.fast_broadcast(lambda x: 1.0 / x)
+
+    @numba.njit
+    def caller(x):
+        return reciprocal(x) + 1.0 / (x + 1.0)
+
+    assert caller(0.0) == math.inf
+    np.testing.assert_array_equal(reciprocal(np.array([0.0, 2.0])), [math.inf, 0.5])
 
 
 # --- errors ---------------------------------------------------------------------------

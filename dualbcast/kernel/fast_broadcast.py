@@ -76,8 +76,17 @@ class FastBroadcast:
     def _scalar_kernel(self):
         # (libm=True: only math.floor & co, made float-valued as in every kernel)
         compiled_func = with_vector_math(self.py_func, libm=self.libm)
-        # Inlined into the loops wherever it is called (LLVM only vectorises a loop
-        # with no calls left in it).
+        # Two dispatchers of one function.  The kernel's own loops, compiled with its
+        # options, take its Numba IR into theirs: compiled as a function of its own it
+        # was also optimised and turned into machine code that nothing calls (LLVM
+        # inlines it; 0.8 s of the first call of a nine-argument Hessian).  Other jitted
+        # code calling it (a user's njit function, another kernel, a db.jit program) may
+        # have other options (error model, fastmath), so it calls a function compiled
+        # with the kernel's, inlined by LLVM (a loop is only vectorised with no calls
+        # left in it).  Neither is called from Python: no wrappers.
+        self.loop_kernel = numba.njit(**self._jit_options, inline="always",
+                                      no_cpython_wrapper=True,
+                                      no_cfunc_wrapper=True)(compiled_func)
         return numba.njit(**self._jit_options, forceinline=True, no_cpython_wrapper=True,
                           no_cfunc_wrapper=True)(compiled_func)
 
@@ -442,7 +451,7 @@ class FastBroadcast:
         cache, at its first call).  If Numba cannot compile it, ``_diagnose`` says why."""
         loop = self._loops.get(spec)
         if loop is None:
-            loop = self._loops[spec] = compile_loop(spec, self.scalar_kernel, self._jit_options,
+            loop = self._loops[spec] = compile_loop(spec, self.loop_kernel, self._jit_options,
                                                     self._cache_key)
         return loop
 
