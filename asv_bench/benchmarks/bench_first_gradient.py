@@ -3,6 +3,8 @@
 - the ten-kernel chain ``h = k_i(h, a)`` (``workloads.chain``) and the EAM energy,
   ``db.value_and_grad`` at 10^3 elements, with an empty compile cache and with the
   cache the previous run left (warm);
+- the EAM gradient at 10^6 elements on two threads: its loop and the loop's threaded
+  driver (a Numba parallel function, compiled at the first call that splits);
 - beside Numba's floor (a trivial ``numba.njit`` function's first call), the EAM
   gradient written by hand with ``numba.njit``, and JAX's first ``jit(value_and_grad)``
   call of the same chain.
@@ -50,6 +52,16 @@ SCRIPTS = {
         from benchmarks.gradients import embed
         from benchmarks.workloads import rho
         x = np.random.default_rng(0).uniform(-0.5, 1.0, 1000)
+        gradient = db.value_and_grad(lambda x: embed(rho.sum(x)))
+        start = time.perf_counter()
+        gradient(x)
+    """,
+    "dualbcast_eam_threads": """
+        import dualbcast as db
+        from benchmarks.gradients import embed
+        from benchmarks.workloads import rho
+        db.config.threads = 2
+        x = np.random.default_rng(0).uniform(-0.5, 1.0, 10 ** 6)
         gradient = db.value_and_grad(lambda x: embed(rho.sum(x)))
         start = time.perf_counter()
         gradient(x)
@@ -114,7 +126,8 @@ class FirstGradient:
     """Seconds to the first gradient, empty and warm cache, and the peers' first calls.
     (``numba_floor``: a trivial ``njit`` function; ``numba_eam``: the EAM gradient by
     hand; both compiled afresh in every process, as Numba does without ``cache=True``.)"""
-    params = [["dualbcast_chain", "dualbcast_eam", "numba_floor", "numba_eam", "jax_chain"],
+    params = [["dualbcast_chain", "dualbcast_eam", "dualbcast_eam_threads", "numba_floor",
+               "numba_eam", "jax_chain"],
               ["empty", "warm"]]
     param_names = ["system", "cache"]
     timeout = 900

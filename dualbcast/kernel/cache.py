@@ -38,6 +38,7 @@ import sys
 from ..config import config
 from ..safe_cache import library_fingerprint
 
+
 def library_directory(kind):
     """The cache directory of dualbcast's own generated code of ``kind`` (``"fused"``
     replays, ``"elementwise"`` loops): named by the library's fingerprint, since the
