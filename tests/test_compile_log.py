@@ -48,11 +48,14 @@ def test_the_threaded_driver_and_a_fused_program_are_named(compile_log, monkeypa
     def threaded_kernel(r):
         return r * r + 1.0
 
+    from dualbcast.kernel import prepared
     monkeypatch.setattr(db.config, "parallel_threshold", 1000)
     monkeypatch.setattr(db.config, "threads", 2)
+    monkeypatch.setattr(prepared, "DRIVER_AFTER", 0.0)
     x = np.linspace(0.0, 1.0, 50_000)
-    # The first large call runs on one thread, compiling the loop and its threaded
-    # driver both; the second runs on threads, compiling nothing.
+    # The first large call runs on one thread, compiling the loop and (with no time
+    # on one thread to wait for) its threaded driver both; the second runs on
+    # threads, compiling nothing.
     total = threaded_kernel.sum(x)
     messages = _messages(compile_log)
     assert [m.split(":")[0] for m in messages] == [

@@ -111,6 +111,7 @@ def test_a_kernel_whose_threads_are_slow_runs_on_one_thread_with_the_same_bits(
     kernel's calls go to one thread, bit for bit what threads give."""
     import time
     from dualbcast.kernel import prepared
+    monkeypatch.setattr(prepared, "DRIVER_AFTER", 0.0)
     monkeypatch.setattr(measured, "threads", 2)
     monkeypatch.setattr(measured, "parallel_threshold", 0)
     x = np.linspace(-1.0, 2.0, 8 * CHUNK_ELEMENTS)
@@ -227,6 +228,7 @@ _LAYER = """
 import numpy as np
 import dualbcast as db
 db.config.threads, db.config.parallel_threshold = 2, 0
+db.config.adaptive_threads = False      # (every large loop split: threads launched)
 
 @db.fast_broadcast
 def kernel(x):
@@ -265,7 +267,8 @@ def softplus_like(x, a):
 def test_threaded_drivers_are_compiled_only_for_a_call_that_may_split(monkeypatch):
     """A program on small arrays, or on one thread, never compiles a threaded driver
     (about as long as the loop's own compile); the first call that may split does."""
-    from dualbcast.kernel import loops
+    from dualbcast.kernel import loops, prepared
+    monkeypatch.setattr(prepared, "DRIVER_AFTER", 0.0)
     compiled = []
     real = loops._compile_parallel
     monkeypatch.setattr(loops, "_compile_parallel",
@@ -295,3 +298,44 @@ def test_choices_by_size_forget_the_size_least_recently_met():
     assert choices[1] is first              # met again: now the most recent
     choices[5]                              # full: size 2 is forgotten, not all
     assert list(choices.table) == [3, 4, 1, 5]
+
+
+def test_a_threaded_driver_waits_until_its_loop_has_run_as_long_on_one_thread(monkeypatch):
+    """Measuring threads, a loop's driver is compiled once the loop has spent
+    DRIVER_AFTER seconds on one thread in calls that may split (the first call, which
+    compiles the loop, not counted); without measuring, at the first such call."""
+    from dualbcast.kernel import loops, prepared
+    compiled, split = [], []
+    real_compile, real_run = loops._compile_parallel, prepared.PreparedCall._run_parallel
+    monkeypatch.setattr(loops, "_compile_parallel",
+                        lambda *args: compiled.append(1) or real_compile(*args))
+    monkeypatch.setattr(prepared.PreparedCall, "_run_parallel",
+                        lambda self, *args: split.append(1) or real_run(self, *args))
+    monkeypatch.setattr(db.config, "threads", 2)
+    monkeypatch.setattr(db.config, "parallel_threshold", 0)
+    monkeypatch.setattr(db.config, "adaptive_threads", True)
+    monkeypatch.setattr(prepared, "DRIVER_AFTER", 3.0)
+    x = np.linspace(-1, 1, 8 * CHUNK_ELEMENTS)
+
+    @db.fast_broadcast
+    def wave(x, a):
+        return a * np.sin(x) * x
+
+    want = wave.sum_and_partials(x, 0.7)          # compiles the loop: not counted
+    ticks = iter(range(10 ** 6))                  # each loop run: one "second"
+    monkeypatch.setattr(prepared.time, "perf_counter", lambda: float(next(ticks)))
+    for _ in range(2):
+        wave.sum_and_partials(x, 0.7)              # 2 seconds on one thread
+    assert compiled == [] and split == []
+    wave.sum_and_partials(x, 0.7)                  # 3: the driver compiled
+    assert compiled == [1] and split == []
+    for _ in range(20):                            # threads, tried as measured
+        got = wave.sum_and_partials(x, 0.7)
+        assert got[0] == want[0]
+        np.testing.assert_array_equal(got[1][0], want[1][0])
+    assert split
+    # without measuring, the first call that may split compiles it
+    monkeypatch.setattr(db.config, "adaptive_threads", False)
+    other = db.fast_broadcast(lambda x, a: a * np.cos(x) * x)
+    other.sum_and_partials(x, 0.7)
+    assert compiled == [1, 1]

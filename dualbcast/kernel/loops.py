@@ -364,8 +364,9 @@ def _compile_parallel(namespace, jit_options, cache):
 
 
 class _Lazy:
-    """A function made at its first call: the parallel driver is only compiled (about
-    a second) for a kernel that meets an array large enough to split."""
+    """A function made at its first call: the parallel driver is only compiled (1.3-1.8
+    s) for a loop that has run long enough on arrays large enough to split (see
+    ``prepared.DRIVER_AFTER``)."""
     __slots__ = ("make", "function")
 
     def __init__(self, make):

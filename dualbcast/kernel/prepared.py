@@ -18,6 +18,15 @@ from .loops import ACCUMULATE, REGISTER, STORE, SUM_MODES
 from .threads import ThreadChoice, enter_parallel_region, leave_parallel_region
 
 CHUNK_ELEMENTS = 1 << 12     # elements per chunk of a loop (the unit threads share)
+#: Seconds a call's loop runs on one thread, in calls that could split, before its
+#: threaded driver is compiled (with ``config.adaptive_threads``; without, at the first
+#: call that could split).  The driver is a Numba parallel function: 1.3-1.8 s to
+#: compile, where the EAM loop at 10^6 takes ~3 ms on one thread and two threads save
+#: half of that at best: compiled at the first call, the ten-kernel chain's first
+#: gradient at 10^6 took 27 s, 16 of them drivers.  Paying for it once the loop has
+#: spent as long on one thread (a ski rental) never costs more than twice what the
+#: better of the two would have.
+DRIVER_AFTER = 1.5
 # A sum's scratch has a row per summed value, each a chunk long, and each row is padded
 # by a cache line: unpadded, rows of 4096 float64s start 32 KiB apart, where they all
 # share one set of the 8-way L1 cache, so a loop storing more than eight rows per
@@ -54,7 +63,7 @@ class SumLoop(NamedTuple):
 class PreparedCall:
     __slots__ = ("kernel", "mode", "loop", "dependencies", "plan", "single", "scalar_type", "size",
                  "rows", "nchunks", "scratch_row", "totals_width", "splittable", "gradients",
-                 "all_stored", "compiled", "sums", "threaded", "choice")
+                 "all_stored", "compiled", "sums", "threaded", "choice", "one_thread")
 
     def __init__(self, kernel, mode, loop, dependencies, plan, single, gradients, splittable):
         """``loop``: compiled with the kernel's ``dependencies`` as they are;
@@ -80,7 +89,8 @@ class PreparedCall:
         self.all_stored = all(kind == STORE and _storable(dtype) == dtype
                               for kind, _, dtype, _ in gradients)
         self.compiled = False   # the first run compiles (or loads) the loop: one thread
-        self.threaded = False   # the first threaded run compiles (or loads) its driver
+        self.threaded = False   # its threaded driver compiled: it may run on threads
+        self.one_thread = 0.0   # seconds on one thread in calls that could split
         self.choice = None      # threads or one thread, measured (kernel/threads.py)
         self.sums = mode in SUM_MODES
 
@@ -272,14 +282,13 @@ class PreparedCall:
         operands = self.plan.operands_for(args)
         sums = self.sums
         workers, choice = 1, None
-        if self.compiled and self.splittable and self.size >= config.parallel_threshold:
-            workers = min(config.threads, self.nchunks)
-            if workers > 1:
-                choice = self.choice
-                if choice is None:
-                    choice = self.choice = ThreadChoice()
-                if not choice.threaded():
-                    workers = 1
+        splits = self.splits()
+        if splits and self.compiled and (self.threaded or not config.adaptive_threads):
+            choice = self.choice
+            if choice is None:
+                choice = self.choice = ThreadChoice()
+            if choice.threaded():
+                workers = min(config.threads, self.nchunks)
         scratch = ()    # sums: (the rows each thread adds a chunk's values up in,)
         if sums:
             totals = np.empty((self.nchunks, self.totals_width))
@@ -297,6 +306,8 @@ class PreparedCall:
                     self.loop(*arguments)
                     if choice is not None:
                         choice.record(False, time.perf_counter() - start)
+                    elif splits:
+                        self.one_thread += time.perf_counter() - start
                 else:       # (the first run compiles: reported, off the hot path)
                     with self._watching(self.loop, ""):
                         self.loop(*arguments)
@@ -308,11 +319,10 @@ class PreparedCall:
                 f"0.0 ** negative int; write 1.0 / x ** n to get inf)") from err
         except NumbaError as err:
             self.kernel._diagnose(self.loop.spec, operands, err)
-        if not self.compiled:
-            self.compiled = True
-            if self.splittable and self.size >= config.parallel_threshold \
-                    and min(config.threads, self.nchunks) > 1:
-                self._compile_driver(operands, outputs)
+        self.compiled = True
+        if splits and not self.threaded and (self.one_thread >= DRIVER_AFTER
+                                             or not config.adaptive_threads):
+            self._compile_driver(operands, outputs)
         if sums:
             if self.nchunks == 1:
                 return totals[0]
@@ -321,9 +331,15 @@ class PreparedCall:
             return [_exact_sum(column) for column in totals.T.tolist()]
         return None
 
+    def splits(self):
+        """Whether this call may run on threads (splittable, and as large as
+        ``config.parallel_threshold`` and two chunks for two threads)."""
+        return self.splittable and self.size >= config.parallel_threshold \
+            and min(config.threads, self.nchunks) > 1
+
     def _compile_driver(self, operands, outputs):
-        """Compile the threaded driver now, with the loop, for the arguments of this
-        first large call: the next one runs on threads without a second pause."""
+        """Compile the threaded driver now (see ``DRIVER_AFTER``), for the arguments of
+        this call: the next one may run on threads without a pause."""
         workers = min(config.threads, self.nchunks)
         scratch = (np.empty((workers, self.totals_width, self.scratch_row)),) if self.sums else ()
         arguments = (workers, np.zeros(workers, np.bool_), self.plan.loop_shape, self.nchunks,
@@ -333,7 +349,7 @@ class PreparedCall:
             with self._watching(driver, "the threaded driver of "):
                 driver.compile(tuple(map(numba.typeof, arguments)))
         except Exception:       # (not the user's error: the first threaded call meets it)
-            return
+            pass
         self.threaded = True
 
     def _watching(self, dispatcher, what):
