@@ -120,3 +120,29 @@ def test_a_loop_from_the_disk_cache_says_so(tmp_path):
     assert "'cached_kernel', sum loop (float64) over 1-d arrays: compiled in" in first
     assert "'cached_kernel', sum loop (float64) over 1-d arrays: loaded from the disk cache" \
         in second
+
+
+SCALE = 2.0
+
+
+def test_a_kernel_compiled_afresh_compiles_and_names_its_own_threaded_driver(
+        compile_log, monkeypatch):
+    @db.fast_broadcast
+    def scaled(r):
+        return SCALE * r * r
+
+    monkeypatch.setattr(db.config, "parallel_threshold", 1000)
+    monkeypatch.setattr(db.config, "threads", 2)
+    monkeypatch.setattr(db.config, "adaptive_threads", False)
+    x = np.linspace(0.0, 1.0, 50_000)
+    assert scaled.sum(x) == pytest.approx(2.0 * np.sum(x * x), rel=1e-12)
+    drivers = [m for m in _messages(compile_log) if m.startswith("the threaded driver")]
+    assert len(drivers) == 1, _messages(compile_log)
+    monkeypatch.setitem(globals(), "SCALE", 3.0)        # a new generation: a new loop
+    compile_log.clear()
+    for _ in range(2):
+        assert scaled.sum(x) == pytest.approx(3.0 * np.sum(x * x), rel=1e-12)
+    messages = _messages(compile_log)        # the new loop, then its own driver
+    assert [m.split(",")[0] for m in messages] == [
+        "@fast_broadcast kernel 'scaled'",
+        "the threaded driver of @fast_broadcast kernel 'scaled'"], messages

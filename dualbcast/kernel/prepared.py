@@ -272,7 +272,8 @@ class PreparedCall:
         kernel.current_generation()
         self.loop = kernel.loop(self.loop.spec)
         self.dependencies = kernel.dependencies
-        self.compiled = False
+        self.compiled = self.threaded = False       # (a new loop, and its own driver)
+        self.one_thread = 0.0
         return False
 
     def _run(self, args, outputs):
