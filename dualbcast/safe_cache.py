@@ -41,8 +41,7 @@ def library_fingerprint():
     digest = hashlib.sha256()
     for version in (numba.__version__, np.__version__, sys.version):
         digest.update(version.encode())
-    for root, dirs, files in sorted(os.walk(_PACKAGE_DIR)):
-        dirs.sort()
+    for root, _, files in sorted(os.walk(_PACKAGE_DIR, followlinks=True)):
         for name in sorted(files):
             if name.endswith(".py"):
                 with open(os.path.join(root, name), "rb") as source:
@@ -70,8 +69,8 @@ class _GuardedCache(FunctionCache):
     def __init__(self, py_func):
         super().__init__(py_func)
         stamp = self._impl.locator.get_source_stamp()
-        if _in_library(py_func):
-            stamp = ("dualbcast", library_fingerprint())
+        if _in_library(py_func):    # (Numba's too: a zipped or frozen package has no sources)
+            stamp = (stamp, "dualbcast", library_fingerprint())
         self._cache_file = _CheckedFile(self._cache_path, self._impl.filename_base, stamp)
         self._file = self._py_func.__code__.co_filename
 
@@ -100,7 +99,10 @@ class _GuardedCache(FunctionCache):
 
 def _in_library(py_func):
     path = os.path.abspath(py_func.__code__.co_filename)
-    return os.path.commonpath([path, _PACKAGE_DIR]) == _PACKAGE_DIR
+    try:
+        return os.path.commonpath([path, _PACKAGE_DIR]) == _PACKAGE_DIR
+    except ValueError:              # (another drive)
+        return False
 
 
 def _found_elsewhere(name):

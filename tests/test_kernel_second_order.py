@@ -343,6 +343,7 @@ def test_threads_give_the_bits_of_one_thread(monkeypatch):
     one = pair.sum_and_partials(r, a, 1.3, wrt=(0, 1), tangents={0: v, 1: 1.0})
     monkeypatch.setattr(db.config, "threads", 2)
     monkeypatch.setattr(db.config, "parallel_threshold", 1)
+    monkeypatch.setattr(db.config, "adaptive_threads", False)   # (every call splits)
     for _ in range(2):          # (the first call compiles on one thread)
         many = pair.sum_and_partials(r, a, 1.3, wrt=(0, 1), tangents={0: v, 1: 1.0})
     assert many[:2] == one[:2]

@@ -339,3 +339,31 @@ def test_a_threaded_driver_waits_until_its_loop_has_run_as_long_on_one_thread(mo
     other = db.fast_broadcast(lambda x, a: a * np.cos(x) * x)
     other.sum_and_partials(x, 0.7)
     assert compiled == [1, 1]
+
+
+def test_a_driver_that_cannot_be_compiled_leaves_the_call_on_one_thread(monkeypatch, caplog):
+    """Not the user's error, and the loop works: a warning, and one thread."""
+    import logging
+    from dualbcast.kernel import loops, prepared
+
+    class Broken:
+        overloads, stats = {}, None
+
+        def compile(self, signature):
+            raise RuntimeError("no driver today")
+
+        def __call__(self, *args):
+            raise AssertionError("a call that could not compile its driver ran on threads")
+    monkeypatch.setattr(loops, "_compile_parallel", lambda *args: Broken())
+    monkeypatch.setattr(db.config, "threads", 2)
+    monkeypatch.setattr(db.config, "parallel_threshold", 0)
+    monkeypatch.setattr(db.config, "adaptive_threads", False)
+    caplog.set_level(logging.INFO, logger="dualbcast")
+    kernel = db.fast_broadcast(lambda x, a: a * np.tanh(x) * x)
+    x = np.linspace(-1, 1, 8 * CHUNK_ELEMENTS)
+    for _ in range(3):
+        total, gx = kernel.sum_and_partials(x, 0.7, wrt=0)
+        assert total == pytest.approx(np.sum(0.7 * np.tanh(x) * x), rel=1e-12)
+        np.testing.assert_allclose(gx, 0.7 * (np.tanh(x) + x / np.cosh(x) ** 2), rtol=1e-12)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "no driver today" in warnings[0], warnings

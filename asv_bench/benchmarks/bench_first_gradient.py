@@ -3,8 +3,9 @@
 - the ten-kernel chain ``h = k_i(h, a)`` (``workloads.chain``) and the EAM energy,
   ``db.value_and_grad`` at 10^3 elements, with an empty compile cache and with the
   cache the previous run left (warm);
-- the EAM gradient at 10^6 elements on two threads: its loop and the loop's threaded
-  driver (a Numba parallel function, compiled at the first call that splits);
+- the EAM gradient at 10^6 elements on two threads: its loop (the loop's threaded
+  driver, a Numba parallel function, is compiled once the loop has run
+  ``DRIVER_AFTER`` seconds on one thread);
 - beside Numba's floor (a trivial ``numba.njit`` function's first call), the EAM
   gradient written by hand with ``numba.njit``, and JAX's first ``jit(value_and_grad)``
   call of the same chain.
@@ -27,6 +28,12 @@ _PRELUDE = """
 import json, sys, time
 sys.path.insert(0, {root!r})
 import numpy as np
+"""
+# dualbcast as a user meets it (benchmarks/__init__.py changes one setting)
+_DUALBCAST_DEFAULTS = """
+import benchmarks
+from dualbcast.kernel import prepared
+prepared.DRIVER_AFTER = benchmarks.LIBRARY_DRIVER_AFTER
 """
 
 SCRIPTS = {
@@ -94,7 +101,9 @@ SCRIPTS = {
 def first_call_seconds(name, cache_dir):
     """Seconds of the first call of ``SCRIPTS[name]`` in a fresh process whose
     dualbcast cache is ``cache_dir``; None when its peer is not installed."""
-    script = _PRELUDE.format(root=BENCHMARKS_DIR) + textwrap.dedent(SCRIPTS[name]) + \
+    script = _PRELUDE.format(root=BENCHMARKS_DIR) + \
+        (_DUALBCAST_DEFAULTS if name.startswith("dualbcast") else "") + \
+        textwrap.dedent(SCRIPTS[name]) + \
         "\nprint(json.dumps(time.perf_counter() - start))\n"
     # (Numba's own cache is left as it is: dualbcast's helpers compiled with
     # cache=True are compiled once per installation, not per user program.)

@@ -352,6 +352,7 @@ def compile_loop(spec, scalar_kernel, jit_options, cache_key=None):
     namespace["_loop"] = compiled
     compiled.spec = spec
     compiled.parallel = _Lazy(lambda: _compile_parallel(namespace, jit_options, cache))
+    compiled.one_thread = 0.0       # seconds run on one thread where it could split
     return compiled
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from numba.core.errors import NumbaError
 
 from ..buffers import refuse_overlapping_out
-from ..compile_log import watching
+from ..compile_log import logger, watching
 from ..config import config
 from .loops import ACCUMULATE, REGISTER, STORE, SUM_MODES
 from .threads import ThreadChoice, enter_parallel_region, leave_parallel_region
@@ -63,7 +63,7 @@ class SumLoop(NamedTuple):
 class PreparedCall:
     __slots__ = ("kernel", "mode", "loop", "dependencies", "plan", "single", "scalar_type", "size",
                  "rows", "nchunks", "scratch_row", "totals_width", "splittable", "gradients",
-                 "all_stored", "compiled", "sums", "threaded", "choice", "one_thread")
+                 "all_stored", "compiled", "sums", "threaded", "choice")
 
     def __init__(self, kernel, mode, loop, dependencies, plan, single, gradients, splittable):
         """``loop``: compiled with the kernel's ``dependencies`` as they are;
@@ -90,7 +90,6 @@ class PreparedCall:
                               for kind, _, dtype, _ in gradients)
         self.compiled = False   # the first run compiles (or loads) the loop: one thread
         self.threaded = False   # its threaded driver compiled: it may run on threads
-        self.one_thread = 0.0   # seconds on one thread in calls that could split
         self.choice = None      # threads or one thread, measured (kernel/threads.py)
         self.sums = mode in SUM_MODES
 
@@ -273,7 +272,7 @@ class PreparedCall:
         self.loop = kernel.loop(self.loop.spec)
         self.dependencies = kernel.dependencies
         self.compiled = self.threaded = False       # (a new loop, and its own driver)
-        self.one_thread = 0.0
+        self.choice = None
         return False
 
     def _run(self, args, outputs):
@@ -307,8 +306,8 @@ class PreparedCall:
                     self.loop(*arguments)
                     if choice is not None:
                         choice.record(False, time.perf_counter() - start)
-                    elif splits:
-                        self.one_thread += time.perf_counter() - start
+                    elif splits:        # (per loop: calls of other shapes count too)
+                        self.loop.one_thread += time.perf_counter() - start
                 else:       # (the first run compiles: reported, off the hot path)
                     with self._watching(self.loop, ""):
                         self.loop(*arguments)
@@ -321,7 +320,7 @@ class PreparedCall:
         except NumbaError as err:
             self.kernel._diagnose(self.loop.spec, operands, err)
         self.compiled = True
-        if splits and not self.threaded and (self.one_thread >= DRIVER_AFTER
+        if splits and not self.threaded and (self.loop.one_thread >= DRIVER_AFTER
                                              or not config.adaptive_threads):
             self._compile_driver(operands, outputs)
         if sums:
@@ -349,8 +348,14 @@ class PreparedCall:
         try:
             with self._watching(driver, "the threaded driver of "):
                 driver.compile(tuple(map(numba.typeof, arguments)))
-        except Exception:       # (not the user's error: the first threaded call meets it)
-            pass
+        except Exception as error:
+            # Not the user's error, and the loop works: this call stays on one thread.
+            self.splittable = False
+            logger.warning("@fast_broadcast kernel %r: the threaded driver of its %s loop "
+                           "could not be compiled (%s: %s); it runs on one thread (please "
+                           "report it)", self.kernel.__name__, self.loop.spec.mode,
+                           type(error).__name__, error)
+            return
         self.threaded = True
 
     def _watching(self, dispatcher, what):
