@@ -9,6 +9,7 @@ import numpy as np
 from numba.core import types
 
 from . import partials as P
+from ..vmath.common import OVERLOAD_OPTIONS
 from ..vmath import (FLOAT_VALUED, IMPLEMENTATION_OF, ROUND, ROUND_NDIGITS_ERROR, STAND_INS,
                      with_vector_math)
 from .dualtype import REAL, DualType, make_dual, value_of
@@ -17,8 +18,9 @@ from .table import (BINARY, NUMPY_BINARY, NUMPY_EXPRESSIONS, NUMPY_PIECEWISE_CON
                     PREDICATES, ROUNDING, UNARY)
 
 #: Rules divide by zero on purpose (d log at 0 is +inf): NumPy's error model.  Forced
-#: inlining: a kernel loop is only vectorised when every call in it is inlined.
-JIT_OPTIONS = {"error_model": "numpy", "forceinline": True, "no_cfunc_wrapper": True}
+#: inlining: a kernel loop is only vectorised when every call in it is inlined.  (The
+#: vector math's stand-ins' options, one dict.)
+JIT_OPTIONS = OVERLOAD_OPTIONS
 
 
 def overload(fn):

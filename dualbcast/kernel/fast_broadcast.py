@@ -71,9 +71,11 @@ class FastBroadcast:
         self.dependencies = None    # a Dependencies: what this generation was compiled with
         self._cache_key = None
         self._fingerprint = None    # of this generation (None: not digestible)
-        self.scalar_kernel = self._scalar_kernel()
+        self._compile_dispatchers()
 
-    def _scalar_kernel(self):
+    def _compile_dispatchers(self):
+        """``scalar_kernel`` and ``loop_kernel``: the kernel's function for other jitted
+        code, and for its own loops (no compile yet: Numba compiles at the first call)."""
         # (libm=True: only math.floor & co, made float-valued as in every kernel)
         compiled_func = with_vector_math(self.py_func, libm=self.libm)
         # Two dispatchers of one function.  The kernel's own loops, compiled with its
@@ -84,11 +86,9 @@ class FastBroadcast:
         # have other options (error model, fastmath), so it calls a function compiled
         # with the kernel's, inlined by LLVM (a loop is only vectorised with no calls
         # left in it).  Neither is called from Python: no wrappers.
-        self.loop_kernel = numba.njit(**self._jit_options, inline="always",
-                                      no_cpython_wrapper=True,
-                                      no_cfunc_wrapper=True)(compiled_func)
-        return numba.njit(**self._jit_options, forceinline=True, no_cpython_wrapper=True,
-                          no_cfunc_wrapper=True)(compiled_func)
+        options = dict(self._jit_options, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+        self.loop_kernel = numba.njit(**options, inline="always")(compiled_func)
+        self.scalar_kernel = numba.njit(**options, forceinline=True)(compiled_func)
 
     def current_generation(self) -> int:
         """The kernel's generation: it starts a new one, compiled afresh, when a name
@@ -123,7 +123,7 @@ class FastBroadcast:
         self._cache_key = kernel_cache_key(self.py_func, fingerprint)
         # (Also the first time: the globals copied when the kernel was defined may
         # have been defined since.)
-        self.scalar_kernel = self._scalar_kernel()
+        self._compile_dispatchers()
         if self.dependencies is not None:
             self.dependencies.retired = True
             self._loops.clear()

@@ -35,8 +35,7 @@ from numba.core.errors import TypingError
 from numba.extending import overload
 
 from . import explog, missing, trig  # noqa: F401  (missing: overloads)
-
-_JIT_OPTIONS = {"error_model": "numpy", "forceinline": True, "no_cfunc_wrapper": True}
+from .common import OVERLOAD_OPTIONS as _JIT_OPTIONS
 _IMPLEMENTATIONS = {
     math.exp: explog.exp, math.expm1: explog.expm1, math.log: explog.log,
     math.log1p: explog.log1p, math.tanh: explog.tanh, math.sin: trig.sin, math.cos: trig.cos,

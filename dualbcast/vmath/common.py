@@ -26,6 +26,11 @@ from ..safe_cache import guarded_njit
 # compiling them took ~2.5 s of the first process's first gradients (sin 0.8 s).
 jit = guarded_njit(error_model="numpy", forceinline=True, cache=True)
 
+#: The options of the overloads (vector math's stand-ins, dual rules) kernels call:
+#: NumPy's error model and LLVM inlining as above; only jitted code calls them, so no
+#: C-function wrapper is made.
+OVERLOAD_OPTIONS = {"error_model": "numpy", "forceinline": True, "no_cfunc_wrapper": True}
+
 
 def _target_has_fma():
     features = config.CPU_FEATURES

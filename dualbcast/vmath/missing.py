@@ -16,7 +16,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload, register_jitable
 
-_JIT_OPTIONS = {"error_model": "numpy", "forceinline": True, "no_cfunc_wrapper": True}
+from .common import OVERLOAD_OPTIONS as _JIT_OPTIONS
 
 
 def _float(*tys):
