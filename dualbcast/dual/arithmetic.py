@@ -1,9 +1,9 @@
-"""The hand-written dual rules: operators, comparisons, ``max``/``min``, truth.
+"""The hand-written dual rules compiled as overloads: ``**`` and ``max``/``min``.
 
-These are not in the table because each is cheaper or more exact written out:
-``+``/``-`` need no multiplication at all, ``*`` and ``/`` share one product or
-quotient between the value and both partials, and ``x ** n`` with an integer ``n``
-must use the integer power (exact for negative ``x``) and never go through ``log``.
+These are not in the table because each is more exact written out: ``x ** n`` with an
+integer ``n`` must use the integer power (exact for negative ``x``) and never go through
+``log``, and ``max``/``min`` share the derivative at a tie.  (The operators ``+ - * /``,
+negation, comparisons and truth are lowered in place: :mod:`.builtins`.)
 """
 import math
 import operator
@@ -22,60 +22,6 @@ def _operator(*ops):
             overload(op)(generator)
         return generator
     return register
-
-
-@_operator(operator.add, operator.iadd)
-def _add(x, y):
-    case = mixed_case(x, y)
-    if case == "dd":
-        return lambda x, y: make_dual(x.val + y.val, P.add(x.parts, y.parts))
-    if case == "dn":
-        return lambda x, y: make_dual(x.val + y, x.parts)
-    if case == "nd":
-        return lambda x, y: make_dual(x + y.val, y.parts)
-    return None
-
-
-@_operator(operator.sub, operator.isub)
-def _sub(x, y):
-    case = mixed_case(x, y)
-    if case == "dd":
-        return lambda x, y: make_dual(x.val - y.val, P.sub(x.parts, y.parts))
-    if case == "dn":
-        return lambda x, y: make_dual(x.val - y, x.parts)
-    if case == "nd":
-        return lambda x, y: make_dual(x - y.val, P.neg(y.parts))
-    return None
-
-
-@_operator(operator.mul, operator.imul)
-def _mul(x, y):
-    case = mixed_case(x, y)
-    if case == "dd":   # product rule: x' y + y' x
-        return lambda x, y: make_dual(x.val * y.val, P.lincomb(x.parts, y.val, y.parts, x.val))
-    if case == "dn":
-        return lambda x, y: make_dual(x.val * y, P.scale(x.parts, y))
-    if case == "nd":
-        return lambda x, y: make_dual(x * y.val, P.scale(y.parts, x))
-    return None
-
-
-@_operator(operator.truediv, operator.itruediv)
-def _truediv(x, y):
-    case = mixed_case(x, y)
-    if case == "dd":   # (x/y)' = x'/y - y' (x/y)/y: reuses the quotient
-        def impl(x, y):
-            q = x.val / y.val
-            return make_dual(q, P.lincomb(x.parts, 1.0 / y.val, y.parts, -q / y.val))
-        return impl
-    if case == "dn":
-        return lambda x, y: make_dual(x.val / y, P.scale(x.parts, 1.0 / y))
-    if case == "nd":
-        def impl(x, y):
-            q = x / y.val
-            return make_dual(q, P.scale(y.parts, -q / y.val))
-        return impl
-    return None
 
 
 @_operator(operator.pow, operator.ipow)
@@ -103,40 +49,6 @@ def _pow(x, y):
         return impl
     if mixed_case(x, y) is not None:
         return lambda x, y: math.pow(x, y)   # the table's rule
-    return None
-
-
-@overload(operator.neg)
-def _neg(x):
-    if isinstance(x, DualType):
-        return lambda x: make_dual(-x.val, P.neg(x.parts))
-    return None
-
-
-@overload(operator.pos)
-def _pos(x):
-    if isinstance(x, DualType):
-        return lambda x: x
-    return None
-
-
-def _comparison(op):
-    @overload(op)
-    def compare(x, y):
-        if mixed_case(x, y) is not None:
-            return lambda x, y: op(value_of(x), value_of(y))
-        return None
-
-
-for _op in (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne):
-    _comparison(_op)
-
-
-@overload(bool)
-def _truth(x):
-    # ``if d:`` and ``while d:`` look at the value, like every comparison.
-    if isinstance(x, DualType):
-        return lambda x: x.val != 0
     return None
 
 

@@ -17,10 +17,10 @@ tangent, so the same rules give second derivatives (every rule's derivative form
 evaluated on the inner dual, differentiating it).  To a dual, a shallower dual is a
 constant like a number.
 """
+from llvmlite import ir
 from numba import types
-from numba.core import cgutils
-from numba.extending import (intrinsic, lower_cast, make_attribute_wrapper, models,
-                             register_model)
+from numba.core.typing.templates import AttributeTemplate, infer_getattr
+from numba.extending import intrinsic, lower_cast, lower_getattr, models, register_model
 
 #: Numba types a dual meets as a constant (no partials).
 REAL = (types.Float, types.Integer, types.Boolean)
@@ -80,11 +80,27 @@ def zero_of(context, builder, ty):
     return context.get_constant(ty, 0.0)
 
 
+# A dual's LLVM value is the struct {value, partials} of DualModel, its members' values
+# (floats, tuples, duals: each the same as data), read and built by extract_value and
+# insert_value.  (Numba's struct proxies store it to a stack slot and load it back: an
+# alloca per use that LLVM must remove, thousands in a nested dual's loop.)
+_VALUE, _PARTS = 0, 1
+
+
+def partials_field(builder, value):
+    """Codegen: the partials tuple of a dual."""
+    return builder.extract_value(value, _PARTS)
+
+
+def value_field(builder, value):
+    """Codegen: the value of a dual."""
+    return builder.extract_value(value, _VALUE)
+
+
 def fields(context, builder, ty, value):
     """Codegen: the value and the list of partials of a dual."""
-    proxy = cgutils.create_struct_proxy(ty)(context, builder, value=value)
-    parts = proxy.parts
-    return proxy.val, [builder.extract_value(parts, i) for i in range(ty.n)]
+    parts = partials_field(builder, value)
+    return value_field(builder, value), [builder.extract_value(parts, i) for i in range(ty.n)]
 
 
 def element_type(value, parts_dtype):
@@ -109,19 +125,45 @@ class DualModel(models.StructModel):
         return []
 
 
-make_attribute_wrapper(DualType, "val", "val")
-make_attribute_wrapper(DualType, "parts", "parts")
+@infer_getattr
+class DualAttributes(AttributeTemplate):
+    """``x.val`` and ``x.parts`` in the rules' Numba code."""
+    key = DualType
+
+    def resolve_val(self, dual):
+        return dual.dtype
+
+    def resolve_parts(self, dual):
+        return dual.partials_type
+
+
+@lower_getattr(DualType, "val")
+def _get_value(context, builder, ty, value):
+    return value_field(builder, value)
+
+
+@lower_getattr(DualType, "parts")
+def _get_partials(context, builder, ty, value):
+    return partials_field(builder, value)
 
 
 def build_dual(context, builder, dualty, value, parts):
     """Codegen: pack an LLVM value and a list of LLVM partials into a dual."""
-    proxy = cgutils.create_struct_proxy(dualty)(context, builder)
-    proxy.val = value
-    proxy.parts = context.make_tuple(builder, dualty.partials_type, parts)
-    return proxy._getvalue()
+    dual = ir.Constant(context.get_value_type(dualty), ir.Undefined)
+    dual = builder.insert_value(dual, value, _VALUE)
+    return builder.insert_value(dual, context.make_tuple(builder, dualty.partials_type, parts),
+                                _PARTS)
 
 
-@intrinsic
+def rule_intrinsic(definition):
+    """``numba.extending.intrinsic(definition)``, keeping ``definition`` (its typing and
+    codegen) on it for the rules lowered in place (:mod:`.builtins`) to call directly."""
+    wrapped = intrinsic(definition)
+    wrapped.definition = definition
+    return wrapped
+
+
+@rule_intrinsic
 def make_dual(typingctx, value, parts):
     """``make_dual(value, parts)``: a dual of ``value``'s float type.
 
@@ -170,7 +212,7 @@ def value_of(typingctx, x):
     first (~0.05 s of a kernel's first compile)."""
     if isinstance(x, DualType):
         def codegen(context, builder, sig, args):
-            return cgutils.create_struct_proxy(x)(context, builder, value=args[0]).val
+            return value_field(builder, args[0])
         return x.dtype(x), codegen
     if isinstance(x, REAL):
         return types.unliteral(x)(x), lambda context, builder, sig, args: args[0]

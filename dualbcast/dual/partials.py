@@ -12,10 +12,10 @@ reverse-mode rules give (their zero cotangent reaches ``sqrt``).  Sums and negat
 need no such care and stay plain.
 """
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .dualtype import REAL, DualType, as_float, build_dual, fields, zero_of
+from .dualtype import (REAL, DualType, as_float, build_dual, fields, partials_field,
+                       rule_intrinsic, zero_of)
 
 # Nested duals (second order): a partial may itself be a dual.  Each operation below
 # then applies to its value and partials recursively, products by the product rule with
@@ -28,11 +28,21 @@ def _elements(context, builder, tupty, tup, dtype):
             for i in range(tupty.count)]
 
 
+def _shielded(context):
+    """The fast-math flags of the partials' float instructions: none, or in a fastmath
+    kernel (the operators' rules are lowered into it, :mod:`.builtins`) ``afn``, which
+    only licenses approximate library calls: Numba's fastmath pass gives its flags to
+    every float instruction that has none, and under ``nnan``/``nsz`` LLVM folds a
+    NaN-safe product into a plain one (0 * inf is NaN again)."""
+    return ("afn",) if context.fastmath else ()
+
+
 def _derivative_is_zero(context, builder, dtype, derivative):
     # Compared once per chain-rule product, not once per partial.
     if isinstance(dtype, DualType):
         return None                     # (the components are compared, recursively)
-    return builder.fcmp_ordered("==", derivative, context.get_constant(dtype, 0.0))
+    return builder.fcmp_ordered("==", derivative, context.get_constant(dtype, 0.0),
+                                flags=_shielded(context))
 
 
 def _safe_product(context, builder, dtype, partial, derivative, derivative_is_zero):
@@ -41,9 +51,10 @@ def _safe_product(context, builder, dtype, partial, derivative, derivative_is_ze
     # seed's 1 or 0): select(d == 0, d, 1 * d) is d, so those products cost nothing.
     if isinstance(dtype, DualType):
         return _dual_product(context, builder, dtype, partial, derivative)
-    zero = context.get_constant(dtype, 0.0)
-    product = builder.select(derivative_is_zero, derivative, builder.fmul(partial, derivative))
-    return builder.select(builder.fcmp_ordered("==", partial, zero), zero, product)
+    zero, flags = context.get_constant(dtype, 0.0), _shielded(context)
+    product = builder.select(derivative_is_zero, derivative,
+                             builder.fmul(partial, derivative, flags=flags))
+    return builder.select(builder.fcmp_ordered("==", partial, zero, flags=flags), zero, product)
 
 
 def _dual_product(context, builder, dtype, a, b):
@@ -64,7 +75,7 @@ def _dual_product(context, builder, dtype, a, b):
 def _plain(context, builder, dtype, op_name, *operands):
     """``fadd``, ``fsub`` or ``fneg`` of floats, or of duals component by component."""
     if not isinstance(dtype, DualType):
-        return getattr(builder, op_name)(*operands)
+        return getattr(builder, op_name)(*operands, flags=_shielded(context))
     split = [fields(context, builder, dtype, x) for x in operands]
     value = _plain(context, builder, dtype.dtype, op_name, *(v for v, _ in split))
     parts = [_plain(context, builder, dtype.dtype, op_name, *components)
@@ -76,7 +87,7 @@ def _is_partials(ty):
     return isinstance(ty, types.UniTuple) and isinstance(ty.dtype, (types.Float, DualType))
 
 
-@intrinsic
+@rule_intrinsic
 def scale(typingctx, parts, d):
     """``parts * d``, NaN-safe (0 where a partial or ``d`` is 0)."""
     if not (_is_partials(parts) and isinstance(d, REAL + (DualType,))):
@@ -95,7 +106,7 @@ def scale(typingctx, parts, d):
     return rettype(parts, d), codegen
 
 
-@intrinsic
+@rule_intrinsic
 def lincomb(typingctx, pa, da, pb, db):
     """``pa * da + pb * db``, each product NaN-safe (the two-argument chain rule)."""
     real = REAL + (DualType,)
@@ -123,7 +134,7 @@ def lincomb(typingctx, pa, da, pb, db):
 
 
 def _make_pairwise(op_name):
-    @intrinsic
+    @rule_intrinsic
     def pairwise(typingctx, pa, pb):
         if not (_is_partials(pa) and _is_partials(pb) and pa.count == pb.count):
             return None
@@ -146,7 +157,7 @@ sub = _make_pairwise("fsub")
 sub.__doc__ = "``pa - pb``."
 
 
-@intrinsic
+@rule_intrinsic
 def neg(typingctx, parts):
     """``-parts``."""
     if not _is_partials(parts):
@@ -160,7 +171,7 @@ def neg(typingctx, parts):
     return parts(parts), codegen
 
 
-@intrinsic
+@rule_intrinsic
 def zeros(typingctx, parts):
     """Zero partials shaped like ``parts`` (piecewise-constant functions)."""
     if not _is_partials(parts):
@@ -179,7 +190,7 @@ def partials_of(typingctx, x, like):
     (a kernel whose result does not depend on its active arguments)."""
     if isinstance(x, DualType):
         def codegen(context, builder, sig, args):
-            return cgutils.create_struct_proxy(x)(context, builder, value=args[0]).parts
+            return partials_field(builder, args[0])
         return x.partials_type(x, like), codegen
     if isinstance(x, REAL) and _is_partials(like):
         def codegen(context, builder, sig, args):
