@@ -59,6 +59,10 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+from numba.np.arrayobj import store_item
 
 from ..dual import DualType, make_dual, partials_of, value_of
 from .arguments import ARRAY, STRIDED
@@ -229,8 +233,10 @@ def loop_source(spec):
                      for name, partial in zip(("pout", "ptout"), partials)]
     else:
         # Sums: the values (and register gradients) of a chunk go to scratch rows, then
-        # _sum adds each row up in an order fixed by the source (so the machine code
-        # LLVM picks for the loop cannot change the result).
+        # _sum_rows adds each row up in an order fixed by the source (so the machine code
+        # LLVM picks for the loop cannot change the result).  One store of all the rows
+        # and one call adding them up: Numba lowers each setitem and getitem afresh (a
+        # Hessian's loop has 40 rows: 120 of them were a third of its compile).
         rows = [*values]
         for name, partial in zip(spec.channel_names(), partials):
             for j, kind in enumerate(spec.grad_kinds):
@@ -240,9 +246,8 @@ def loop_source(spec):
                     body.append(f"{name}{j}[{flat}] = {partial.format(j=j)}")
                 else:
                     body.append(f"{name}{j}[{index}] += {partial.format(j=j)}")
-        for row, value in enumerate(rows):
-            body.append(f"scratch[{row}, {local}] = {value}")
-            chunk_tail.append(f"totals[c, {row}] = _sum(scratch[{row}], count)")
+        body.append(f"_store_column(scratch, {local}, ({', '.join(rows)},))")
+        chunk_tail.append(f"_sum_rows(totals, c, scratch, count, {len(rows)})")
 
     # The loop over chunks, each chunk's element loops inside it (see "One function"
     # above); what the head sets up (scalars converted, seeds) is done once.
@@ -328,7 +333,8 @@ def compile_loop(spec, scalar_kernel, jit_options, cache_key=None):
         "_dual": make_dual,
         "_value": value_of,
         "_partials": partials_of,
-        "_sum": lane_sum,
+        "_store_column": store_column,
+        "_sum_rows": sum_rows,
         "_u": numba.uint64,
         "_prange": numba.prange,
         "_empty": np.empty,
@@ -383,6 +389,28 @@ class _Lazy:
         return self.function
 
 
+@intrinsic
+def store_column(typingctx, array, column, values):
+    """``array[r, column] = values[r]`` for every ``r``: a sum's values at one element
+    written to its scratch rows (as Numba's setitems would, without bounds checks)."""
+    if not (isinstance(array, types.Array) and array.ndim == 2 and isinstance(
+            column, types.Integer) and isinstance(values, types.UniTuple)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(array)(context, builder, args[0])
+        index = context.cast(builder, args[1], column, types.intp)
+        for row in range(values.count):
+            pointer = cgutils.get_item_pointer(
+                context, builder, array, ary, [context.get_constant(types.intp, row), index])
+            value = context.cast(builder, builder.extract_value(args[2], row), values.dtype,
+                                 array.dtype)
+            store_item(context, builder, array, value, pointer)
+        return context.get_dummy_value()
+
+    return types.none(array, column, values), codegen
+
+
 # Called once per chunk, not inlined: compiled once per installation (cached beside
 # this file) rather than again inside every kernel's loop (~0.3 s of its first compile).
 @guarded_njit(error_model="numpy", cache=True)
@@ -408,3 +436,11 @@ def lane_sum(values, count):
         rest += values[i]
         i += 1
     return (((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))) + rest
+
+
+@guarded_njit(error_model="numpy", cache=True)
+def sum_rows(totals, c, scratch, count, nrows):
+    """``totals[c, r]``: the :func:`lane_sum` of each of the first ``nrows`` rows of
+    ``scratch`` (a chunk's values, ``count`` of them)."""
+    for row in range(nrows):
+        totals[c, row] = lane_sum(scratch[row], count)
