@@ -220,6 +220,26 @@ def test_zero_partial_meeting_infinite_derivative_stays_zero():
     assert _partials(constant_zero, 2.0) == (0.0, 0.0)
 
 
+def test_fastmath_kernels_keep_nan_safe_products():
+    # The operators' rules are lowered into the kernel's own code, which Numba's fastmath
+    # pass flags: under nnan/nsz LLVM may fold a NaN-safe product into a plain one (this
+    # machine's LLVM does not fold these, with or without the partials' shield,
+    # dual.partials._shielded).  d(x*y + x/y)/dx at x = inf is y + 1/y, not nan (the
+    # partial of x w.r.t. y, 0, times inf is 0).
+    for fastmath in (False, True):
+        product = db.fast_broadcast(fastmath=fastmath)(lambda x, y: x * y + x / y)
+        x = np.full(16, np.inf)
+        y = np.full(16, 2.0)
+        _, (dx, dy) = product.value_and_partials(x, y, wrt=(0, 1))
+        np.testing.assert_array_equal(dx, 2.5)
+        assert np.isnan(dy).all() or np.isinf(dy).all()     # inf - inf/4: nan; fastmath: either
+        zero_weight = db.fast_broadcast(fastmath=fastmath)(lambda w, r: w * r)
+        _, (dw, dr) = zero_weight.value_and_partials(np.zeros(16), np.full(16, np.inf),
+                                                     wrt=(0, 1))
+        np.testing.assert_array_equal(dr, 0.0)
+        np.testing.assert_array_equal(dw, np.inf)
+
+
 def test_hypot_at_origin_has_zero_subgradient():
     _, (dx, dy) = _partials(KERNELS2["hypot"], 0.0, 0.0, wrt=(0, 1))
     assert (dx, dy) == (0.0, 0.0)

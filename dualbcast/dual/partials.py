@@ -11,6 +11,7 @@ an infinite partial keeps ``w * sqrt(r)`` at ``w = r = 0`` at 0 w.r.t. ``r``, as
 reverse-mode rules give (their zero cotangent reaches ``sqrt``).  Sums and negation
 need no such care and stay plain.
 """
+from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
@@ -72,10 +73,19 @@ def _dual_product(context, builder, dtype, a, b):
                       _safe_product(context, builder, inner, av, bv, bv_is_zero), parts)
 
 
+_FLOAT_OPS = {
+    "fadd": lambda builder, x, y, flags: builder.fadd(x, y, flags=flags),
+    "fsub": lambda builder, x, y, flags: builder.fsub(x, y, flags=flags),
+    # -x as -0.0 - x, which LLVM turns into its fneg on the CPU: CUDA's NVVM reads LLVM 7's
+    # IR, which has no fneg (numba-cuda negates so too).
+    "fneg": lambda builder, x, flags: builder.fsub(ir.Constant(x.type, -0.0), x, flags=flags),
+}
+
+
 def _plain(context, builder, dtype, op_name, *operands):
     """``fadd``, ``fsub`` or ``fneg`` of floats, or of duals component by component."""
     if not isinstance(dtype, DualType):
-        return getattr(builder, op_name)(*operands, flags=_shielded(context))
+        return _FLOAT_OPS[op_name](builder, *operands, flags=_shielded(context))
     split = [fields(context, builder, dtype, x) for x in operands]
     value = _plain(context, builder, dtype.dtype, op_name, *(v for v, _ in split))
     parts = [_plain(context, builder, dtype.dtype, op_name, *components)
