@@ -152,8 +152,9 @@ def _make_pairwise(op_name):
         rettype = types.UniTuple(dtype, pa.count)
 
         def codegen(context, builder, sig, args):
-            out = [_plain(context, builder, dtype, op_name, ai, bi) for ai, bi in zip(_elements(context, builder, pa, args[0], dtype),
-                                                _elements(context, builder, pb, args[1], dtype))]
+            pairs = zip(_elements(context, builder, pa, args[0], dtype),
+                        _elements(context, builder, pb, args[1], dtype))
+            out = [_plain(context, builder, dtype, op_name, ai, bi) for ai, bi in pairs]
             return context.make_tuple(builder, rettype, out)
 
         return rettype(pa, pb), codegen
