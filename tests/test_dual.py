@@ -144,6 +144,22 @@ def test_integer_power_at_zero_is_n_times_zero_to_n_minus_1(n, slope):
     assert d == slope and not np.isnan(d)
 
 
+def test_float32_integer_power_keeps_its_precision_in_every_mode():
+    # x ** n of a float32 dual is a float32 dual, as x ** n of a float32 is a float32: the
+    # value in the partials mode is the value mode's, bit for bit.  (The power's rule for
+    # a run-time n unifies its branches' values, 1.0 / x ** -n among them, to float64; a
+    # literal n is written out for its sign, arithmetic in float32 throughout.)
+    kernel = db.fast_broadcast(lambda x, a: (x ** 2) * a + (a ** 2) * x ** 1 - x ** -3)
+    x = np.random.default_rng(0).uniform(0.5, 2.0, 64).astype(np.float32)
+    a = np.float32(0.7)
+    value, (dx,) = kernel.value_and_partials(x, a, wrt=(0,))
+    assert value.dtype == dx.dtype == np.float32
+    np.testing.assert_array_equal(value, kernel(x, a))
+    x64 = x.astype(np.float64)
+    expected = 2 * x64 * 0.7 + np.float32(0.7) ** 2 + 3 * x64 ** -4
+    np.testing.assert_allclose(dx, expected, rtol=2e-6)
+
+
 def test_integer_power_of_negative_base_never_goes_through_log():
     cube = db.fast_broadcast(lambda x: x ** 3)
     assert _partials(cube, -2.0) == (-8.0, 12.0)

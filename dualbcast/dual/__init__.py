@@ -3,7 +3,7 @@
 Importing this package registers every rule with Numba; nothing else is needed for
 ``@fast_broadcast`` kernels (or ``numba.njit`` helpers they call) to accept duals.
 """
-from . import arithmetic, builtins, rules  # noqa: F401  (registers the rules)
+from . import builtins, arithmetic, rules  # noqa: F401  (registers the rules)
 from .dualtype import DualType, make_dual, value_of
 from .partials import partials_of
 

@@ -3,13 +3,15 @@
 These are not in the table because each is more exact written out: ``x ** n`` with an
 integer ``n`` must use the integer power (exact for negative ``x``) and never go through
 ``log``, and ``max``/``min`` share the derivative at a tie.  (The operators ``+ - * /``,
-negation, comparisons and truth are lowered in place: :mod:`.builtins`.)
+negation, comparisons, truth and ``x ** n`` of a literal integer ``n`` are lowered in
+place: :mod:`.builtins`.)
 """
 import math
 import operator
 
 from numba import types
 
+from . import builtins  # noqa: F401  (first: its x ** <literal int> is typed before _pow)
 from . import partials as P
 from .dualtype import DualType, make_dual, value_of
 from .rules import mixed_case, overload

@@ -62,6 +62,14 @@ class Typing:
         """A literal of a rule's formula: a Python float is a float64 to Numba."""
         return Operand(types.float64 if isinstance(number, float) else types.int64)
 
+    def literal(self, integer):
+        """An integer known when compiling (``n - 1`` of a literal ``n``)."""
+        return Operand(types.literal(integer))
+
+    def cast(self, x, ty):
+        """``x`` as a ``ty`` (a number rounded to another float type)."""
+        return Operand(ty)
+
     def value(self, x):
         """``value_of(x)``: a dual's value (one level down), a number itself."""
         return Operand(x.ty.dtype) if isinstance(x.ty, DualType) else x
@@ -86,6 +94,13 @@ class Lowering(Typing):
     def constant(self, number):
         ty = super().constant(number).ty
         return Operand(ty, self.context.get_constant(ty, number))
+
+    def literal(self, integer):
+        ty = super().literal(integer).ty
+        return Operand(ty, self.context.get_constant(ty.literal_type, integer))
+
+    def cast(self, x, ty):
+        return Operand(ty, self.context.cast(self.builder, x.llvm, x.ty, ty))
 
     def value(self, x):
         if isinstance(x.ty, DualType):
@@ -164,6 +179,29 @@ def _comparison(op):
     return compare
 
 
+def _literal_power(r, case, x, n):
+    # x ** n for a literal integer n (a kernel's r ** 2, (s / r) ** 6): arithmetic.py's _pow
+    # written out for that n and lowered in place, where _pow is compiled per dual type.
+    # Its value is the value mode's x ** n (for n < 0, 1.0 / x ** -n: Numba's power raises
+    # at 0), in x's precision: _pow's branches unify a float32 dual's value to float64.
+    k = n.ty.literal_value
+    xv = r.value(x)
+    if k >= 0 or isinstance(xv.ty, DualType):
+        value = r.call(operator.pow, xv, n)
+    else:
+        reciprocal = r.call(operator.truediv, r.constant(1.0),
+                            r.call(operator.pow, xv, r.literal(-k)))
+        value = r.cast(reciprocal, xv.ty)
+    if k == 0:
+        slope = r.constant(0.0)
+    elif k > 0:
+        slope = r.call(operator.mul, r.constant(k),
+                       r.call(operator.pow, xv, r.literal(k - 1)))
+    else:
+        slope = r.call(operator.mul, r.constant(k), r.call(operator.truediv, value, xv))
+    return r.partials(make_dual, value, r.partials(P.scale, r.parts(x), slope))
+
+
 def _truth(r, case, x):
     # ``if d:`` and ``while d:`` look at the value, like every comparison.
     return r.call(operator.ne, r.value(x), r.constant(0))
@@ -171,51 +209,67 @@ def _truth(r, case, x):
 
 # ---- registration ---------------------------------------------------------------------------
 
-def _case(args):
-    if len(args) == 1:
-        return "d" if isinstance(args[0], DualType) else None
-    return mixed_case(*args)
+def _binary(args):
+    return mixed_case(*args) if len(args) == 2 else None
 
 
-def register(fn, body, arity):
-    """``fn`` on duals: typed by running ``body`` on types, lowered by running it on
-    values."""
+def _unary(args):
+    return "d" if len(args) == 1 and isinstance(args[0], DualType) else None
+
+
+def _literal_power_args(args):
+    # (``x ** n`` with any other ``n`` is arithmetic.py's _pow)
+    if len(args) == 2 and isinstance(args[0], DualType) \
+            and isinstance(args[1], types.IntegerLiteral):
+        return "dn"
+    return None
+
+
+BINARY = [(DualType, DualType)] + [(DualType, n) for n in REAL] + [(n, DualType) for n in REAL]
+
+
+def register(fn, body, case, lowered_for, prefer_literal=False):
+    """``fn`` on duals: for the arguments ``case`` gives a case of (not None), typed by
+    running ``body`` on types and lowered (for each tuple of type classes in
+    ``lowered_for``) by running it on values."""
     class DualRule(AbstractTemplate):
         key = fn
 
         def generic(self, args, kws):
-            case = None if kws or len(args) != arity else _case(args)
-            if case is None:
+            which = None if kws else case(args)
+            if which is None:
                 return None
             try:
-                result = body(Typing(self.context), case, *map(Operand, args))
+                result = body(Typing(self.context), which, *map(Operand, args))
             except _NoRule:
                 return None
             return signature(result.ty, *args)
 
+    DualRule.prefer_literal = prefer_literal
     infer_global(fn)(DualRule)
 
     def lower(context, builder, sig, args):
         operands = [Operand(ty, value) for ty, value in zip(sig.args, args)]
-        return body(Lowering(context, builder), _case(sig.args), *operands).llvm
+        result = body(Lowering(context, builder), case(sig.args), *operands)
+        return context.cast(builder, result.llvm, result.ty, sig.return_type)
 
-    if arity == 1:
-        lower_builtin(fn, DualType)(lower)
-        return
-    for number in REAL:
-        lower_builtin(fn, DualType, number)(lower)
-        lower_builtin(fn, number, DualType)(lower)
-    lower_builtin(fn, DualType, DualType)(lower)
+    for types_ in lowered_for:
+        lower_builtin(fn, *types_)(lower)
 
 
 for _op, _iop, _body in ((operator.add, operator.iadd, _add),
                          (operator.sub, operator.isub, _sub),
                          (operator.mul, operator.imul, _mul),
                          (operator.truediv, operator.itruediv, _truediv)):
-    register(_op, _body, 2)
-    register(_iop, _body, 2)    # (``x += y`` on a dual is ``x + y``: a dual is a value)
+    register(_op, _body, _binary, BINARY)
+    register(_iop, _body, _binary, BINARY)  # (``x += y`` on a dual is ``x + y``: a value)
 for _op in (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne):
-    register(_op, _comparison(_op), 2)
-register(operator.neg, _neg, 1)
-register(operator.pos, _pos, 1)
-register(bool, _truth, 1)
+    register(_op, _comparison(_op), _binary, BINARY)
+register(operator.neg, _neg, _unary, [(DualType,)])
+register(operator.pos, _pos, _unary, [(DualType,)])
+register(bool, _truth, _unary, [(DualType,)])
+# Typed here before arithmetic.py's _pow overload (which this module is imported before:
+# of two templates that both type x ** 2, Numba takes the first), with literals first.
+for _op in (operator.pow, operator.ipow):
+    register(_op, _literal_power, _literal_power_args, [(DualType, types.IntegerLiteral)],
+             prefer_literal=True)
