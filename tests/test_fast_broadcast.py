@@ -530,3 +530,24 @@ def test_result_dtype_is_the_calls_dtype_and_checks_without_running():
         k.result_dtype(np.ones(3), np.ones(3, np.int64), wrt=(0, 1))
     with pytest.raises(ValueError, match="could not be broadcast"):
         k.result_dtype(np.ones(3), np.ones(4))
+
+
+def test_sums_of_kernels_whose_value_is_not_their_partials_type():
+    # A sum's loop stores an element's value and its partials to scratch rows in one
+    # operation (loops.store_column): the value may be a bool, an int or a float of
+    # another width than the partials (a constant branch of a float32 kernel is float64).
+    step = db.fast_broadcast(lambda x, a: 1.0 if x > a else 0.0)
+    count = db.fast_broadcast(lambda x, a: x > a)
+    scaled = db.fast_broadcast(lambda x, a: x * 2.0 if x > a else x)
+    x32 = np.linspace(-1, 2, 7, dtype=np.float32)
+    x64 = x32.astype(np.float64)
+    half = np.float32(0.5)
+    assert step.sum_and_partials(x32, half, wrt=1) == (3.0, 0.0)
+    assert db.grad(lambda a: count.sum(x64, a))(0.5) == 0.0
+    assert count.sum_jvp(x64, 0.5, tangents={1: 1.0}) == (3.0, 0.0)
+    total, da = scaled.sum_and_partials(x32, half, wrt=1)
+    assert (total, da) == (np.float32(x32.sum() + x32[x32 > half].sum()), 0.0)
+    total, tangent, (dx, da), _ = scaled.sum_and_partials(
+        x32, half, wrt=(0, 1), tangents={0: x32, 1: 1.0})
+    np.testing.assert_array_equal(dx, np.where(x32 > half, 2.0, 1.0))
+    assert db.jit(db.grad(lambda a: count.sum(x64, a) + 1.0))(0.5) == 0.0

@@ -51,7 +51,8 @@ class Typing:
         return self._emit_call(fn, sig, args)
 
     def partials(self, intrinsic, *args):
-        """A partials intrinsic (:mod:`.partials`, ``make_dual``) on ``args``."""
+        """A partials intrinsic (:mod:`.partials`, ``make_dual``) on ``args`` (literal
+        types as they are: the definitions accept a number's literal as the number)."""
         template = intrinsic.definition(self.typingctx, *(a.ty for a in args))
         if template is None:
             raise _NoRule
@@ -125,16 +126,20 @@ class Lowering(Typing):
 # ``case`` is mixed_case's "dd", "dn" or "nd" for two operands, "d" for one.
 
 def _add(r, case, x, y):
-    parts = {"dd": lambda: r.partials(P.add, r.parts(x), r.parts(y)),
-             "dn": lambda: r.parts(x),
-             "nd": lambda: r.parts(y)}[case]()
+    if case == "dd":
+        parts = r.partials(P.add, r.parts(x), r.parts(y))
+    else:
+        parts = r.parts(x if case == "dn" else y)
     return r.partials(make_dual, r.call(operator.add, r.value(x), r.value(y)), parts)
 
 
 def _sub(r, case, x, y):
-    parts = {"dd": lambda: r.partials(P.sub, r.parts(x), r.parts(y)),
-             "dn": lambda: r.parts(x),
-             "nd": lambda: r.partials(P.neg, r.parts(y))}[case]()
+    if case == "dd":
+        parts = r.partials(P.sub, r.parts(x), r.parts(y))
+    elif case == "dn":
+        parts = r.parts(x)
+    else:
+        parts = r.partials(P.neg, r.parts(y))
     return r.partials(make_dual, r.call(operator.sub, r.value(x), r.value(y)), parts)
 
 
@@ -225,6 +230,8 @@ def _literal_power_args(args):
     return None
 
 
+#: What the binary rules are lowered for: the operands mixed_case admits (a dual, and a
+#: dual or a number of REAL's classes, literals among them).
 BINARY = [(DualType, DualType)] + [(DualType, n) for n in REAL] + [(n, DualType) for n in REAL]
 
 
@@ -245,6 +252,10 @@ def register(fn, body, case, lowered_for, prefer_literal=False):
                 return None
             return signature(result.ty, *args)
 
+    # Numba tries a function's templates in the order they were registered and takes the
+    # first that types the call: its own (for numbers, bool's for any object) decline a
+    # dual, which converts to no number type, and these come before the overloads
+    # registered after them (arithmetic's _pow).
     DualRule.prefer_literal = prefer_literal
     infer_global(fn)(DualRule)
 

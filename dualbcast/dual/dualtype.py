@@ -81,10 +81,13 @@ def zero_of(context, builder, ty):
 
 
 # A dual's LLVM value is the struct {value, partials} of DualModel, its members' values
-# (floats, tuples, duals: each the same as data), read and built by extract_value and
-# insert_value.  (Numba's struct proxies store it to a stack slot and load it back: an
-# alloca per use that LLVM must remove, thousands in a nested dual's loop.)
-_VALUE, _PARTS = 0, 1
+# (floats, tuples of floats or duals, duals: never a bool, so each the same as data),
+# read and built by extract_value and insert_value.  (Numba's struct proxies store it to
+# a stack slot and load it back: an alloca per use that LLVM must remove, thousands in
+# a nested dual's loop.)
+#: DualModel's members, in order: their positions are what extract/insert_value use.
+MEMBERS = ("val", "parts")
+_VALUE, _PARTS = MEMBERS.index("val"), MEMBERS.index("parts")
 
 
 def partials_field(builder, value):
@@ -114,7 +117,8 @@ def element_type(value, parts_dtype):
 @register_model(DualType)
 class DualModel(models.StructModel):
     def __init__(self, dmm, fe_type):
-        members = [("val", fe_type.dtype), ("parts", fe_type.partials_type)]
+        types_of = {"val": fe_type.dtype, "parts": fe_type.partials_type}
+        members = [(name, types_of[name]) for name in MEMBERS]
         super().__init__(dmm, fe_type, members)
 
     def traverse(self, builder):

@@ -392,18 +392,21 @@ class _Lazy:
 @intrinsic
 def store_column(typingctx, array, column, values):
     """``array[r, column] = values[r]`` for every ``r``: a sum's values at one element
-    written to its scratch rows (as Numba's setitems would, without bounds checks)."""
-    if not (isinstance(array, types.Array) and array.ndim == 2 and isinstance(
-            column, types.Integer) and isinstance(values, types.UniTuple)):
+    written to its scratch rows (as Numba's setitems would, each cast to the array's
+    dtype, without bounds checks).  The values may differ in type: a kernel's value (a
+    bool, an int, a float of another width) beside its partials."""
+    if not (isinstance(array, types.Array) and array.ndim == 2
+            and isinstance(column, types.Integer) and isinstance(values, types.BaseTuple)
+            and all(isinstance(t, (types.Number, types.Boolean)) for t in values.types)):
         return None
 
     def codegen(context, builder, sig, args):
         ary = context.make_array(array)(context, builder, args[0])
         index = context.cast(builder, args[1], column, types.intp)
-        for row in range(values.count):
+        for row, row_type in enumerate(values.types):
             pointer = cgutils.get_item_pointer(
                 context, builder, array, ary, [context.get_constant(types.intp, row), index])
-            value = context.cast(builder, builder.extract_value(args[2], row), values.dtype,
+            value = context.cast(builder, builder.extract_value(args[2], row), row_type,
                                  array.dtype)
             store_item(context, builder, array, value, pointer)
         return context.get_dummy_value()
