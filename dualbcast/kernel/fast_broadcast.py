@@ -567,7 +567,8 @@ def fast_broadcast(func: Callable | None = None, **options: bool) -> Any:
     """Compile a scalar Python function into a broadcasting, differentiable kernel.
 
     Use as ``@fast_broadcast`` or with options, ``@fast_broadcast(fastmath=True)``:
-    ``fastmath`` lets LLVM reorder the kernel's float math; ``libm=True`` computes
+    ``fastmath`` lets LLVM reorder the kernel's float math, its values in every mode
+    (the chain rule's NaN-safe products excepted, which keep their meaning); ``libm=True`` computes
     ``math.exp log expm1 log1p tanh pow sin cos`` with the C library instead of
     dualbcast's vectorisable versions (within 2 ulp of it, see ``dualbcast.vmath``).  The function
     takes scalars and returns one scalar; it may use ``math.*``, ``if``, loops and call
