@@ -3,7 +3,8 @@
 An ``@overload`` rule is compiled as a function of its own for every signature it
 meets: ~0.05-0.1 s each, a second of a ten-kernel chain's first gradient and more of a
 nested (second-order) loop's.  The operators every kernel uses (``+ - * /``, negation,
-comparisons, truth) are written here once, as a *rule body* over :class:`Operand`\\ s,
+comparisons, truth, ``x ** n`` of a literal integer ``n``) are written here once, as a
+*rule body* over :class:`Operand`\\ s,
 and run by two small interpreters: :class:`Typing` on types alone (the template's
 result type) and :class:`Lowering` on LLVM values (the code, emitted inline where the
 kernel uses the operator: nothing compiled of its own).
@@ -12,7 +13,8 @@ Each step of a body is Numba's own operation on the signature Numba resolves for
 (the value of ``x.val * y.val`` is what Numba's ``*`` gives, in the types an overload's
 ``x.val * y.val`` is computed in: a nested dual's by these same rules, one level down)
 or a partials intrinsic's definition (:mod:`.partials`), so the results are those of
-the overloads these replace, bit for bit.
+the overloads these replace, bit for bit (but a float32 dual's ``x ** n``: see
+:func:`_literal_power`).
 """
 import operator
 from typing import NamedTuple
