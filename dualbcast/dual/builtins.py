@@ -4,10 +4,10 @@ An ``@overload`` rule is compiled as a function of its own for every signature i
 meets: ~0.05-0.1 s each, a second of a ten-kernel chain's first gradient and more of a
 nested (second-order) loop's.  The operators every kernel uses (``+ - * /``, negation,
 comparisons, truth, ``x ** n`` of a literal integer ``n``) are written here once, as a
-*rule body* over :class:`Operand`\\ s,
-and run by two small interpreters: :class:`Typing` on types alone (the template's
-result type) and :class:`Lowering` on LLVM values (the code, emitted inline where the
-kernel uses the operator: nothing compiled of its own).
+*rule body* over :class:`Operand`\\ s, and run by two small interpreters:
+:class:`Typing` on types alone (the template's result type) and :class:`Lowering` on
+LLVM values (the code, emitted inline where the kernel uses the operator: nothing
+compiled of its own).
 
 Each step of a body is Numba's own operation on the signature Numba resolves for it
 (the value of ``x.val * y.val`` is what Numba's ``*`` gives, in the types an overload's
