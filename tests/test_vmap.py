@@ -7,7 +7,7 @@ import operator
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 import dualbcast as db
 
@@ -170,22 +170,30 @@ OPS = [
 
 @settings(max_examples=25, deadline=None)
 @given(ops=st.lists(st.sampled_from(range(len(OPS))), min_size=1, max_size=4),
-       n=st.integers(1, 4), float32=st.booleans())
-def test_random_programs_jacobians_and_hessians_against_jax(jax, ops, n, float32):
+       n=st.integers(1, 4), float32=st.booleans(), seed=st.integers(0, 2 ** 32 - 1))
+def test_random_programs_jacobians_and_hessians_against_jax(jax, ops, n, float32, seed):
     jnp = jax.numpy
     dtype = np.float32 if float32 else np.float64
-    x = RNG.uniform(-1.0, 1.0, n).astype(dtype)
+    # (the point drawn from the example's own seed: a shared generator made an example
+    # fail on its first run and pass when Hypothesis ran it again)
+    x = np.random.default_rng(seed).uniform(-1.0, 1.0, n).astype(dtype)
     ours_f = _random_program([OPS[i] for i in ops], np)
     theirs_f = _random_program([OPS[i] for i in ops], jnp)
+    scalar = lambda f, xp: (lambda x: xp.sum(f(x) ** 2))        # noqa: E731
+    expected = [jax.jacfwd(theirs_f)(jnp.asarray(x)), jax.jacrev(theirs_f)(jnp.asarray(x)),
+                jax.hessian(scalar(theirs_f, jnp))(jnp.asarray(x))]
+    # A program that overflows (float32: exp of exp of...) has inf or nan derivatives by
+    # each library's conventions (NaN-safe products give inf where JAX's give nan): the
+    # comparison is where JAX's are finite.
+    assume(all(np.isfinite(np.asarray(e)).all() for e in expected))
     tol = dict(rtol=2e-4, atol=2e-5) if float32 else dict(rtol=1e-9, atol=1e-11)
-    for ours, theirs in [(db.jacfwd, jax.jacfwd), (db.jacrev, jax.jacrev)]:
+    for ours, want in zip((db.jacfwd, db.jacrev), expected):
         got = ours(ours_f)(x)
         assert got.dtype == dtype
-        np.testing.assert_allclose(got, theirs(theirs_f)(jnp.asarray(x)), **tol)
-    scalar = lambda f, xp: (lambda x: xp.sum(f(x) ** 2))        # noqa: E731
+        np.testing.assert_allclose(got, want, **tol)
     got = db.hessian(scalar(ours_f, np))(x)
     assert got.dtype == dtype and got.shape == (n, n)
-    np.testing.assert_allclose(got, jax.hessian(scalar(theirs_f, jnp))(jnp.asarray(x)), **tol)
+    np.testing.assert_allclose(got, expected[2], **tol)
 
 
 def test_kernel_hessian_against_jax(jax):
