@@ -159,14 +159,15 @@ def _mul(r, case, x, y):
 def _truediv(r, case, x, y):
     xv, yv = r.value(x), r.value(y)
     q = r.call(operator.truediv, xv, yv)
-    if case == "dd":        # (x/y)' = x'/y - y' (x/y)/y: reuses the quotient
+    if case == "dn":
+        return r.partials(make_dual, q, r.partials(
+            P.scale, r.parts(x), r.call(operator.truediv, r.constant(1.0), y)))
+    # (x/y)' = x'/y - y' (x/y)/y: reuses the quotient
+    slope = r.call(operator.truediv, r.call(operator.neg, q), yv)
+    if case == "dd":
         reciprocal = r.call(operator.truediv, r.constant(1.0), yv)
-        slope = r.call(operator.truediv, r.call(operator.neg, q), yv)
         parts = r.partials(P.lincomb, r.parts(x), reciprocal, r.parts(y), slope)
-    elif case == "dn":
-        parts = r.partials(P.scale, r.parts(x), r.call(operator.truediv, r.constant(1.0), y))
     else:
-        slope = r.call(operator.truediv, r.call(operator.neg, q), yv)
         parts = r.partials(P.scale, r.parts(y), slope)
     return r.partials(make_dual, q, parts)
 
