@@ -30,6 +30,22 @@ PAGES = {"index.html": "Fast gradients of array code",
          "guide/performance.html": "Writing fast programs"}
 
 
+# What the API page must show as rendered entries (their anchors, autodoc's ids).
+API_NAMES = ["dualbcast.fast_broadcast", "dualbcast.FastBroadcast",
+             "dualbcast.FastBroadcast.__call__", "dualbcast.FastBroadcast.sum",
+             "dualbcast.FastBroadcast.value_and_partials",
+             "dualbcast.FastBroadcast.sum_and_partials",
+             "dualbcast.FastBroadcast.sum_hessian_diagonal", "dualbcast.FastBroadcast.jvp",
+             "dualbcast.FastBroadcast.sum_jvp", "dualbcast.KernelCompileError",
+             "dualbcast.FrozenDependencyChanged", "dualbcast.grad", "dualbcast.value_and_grad",
+             "dualbcast.vjp", "dualbcast.jvp", "dualbcast.stop_gradient", "dualbcast.hessian",
+             "dualbcast.jacobian", "dualbcast.jacfwd", "dualbcast.jacrev", "dualbcast.vmap",
+             "dualbcast.jit", "dualbcast.config.Config", "dualbcast.torch.wrap",
+             "dualbcast.torch.TorchOp", "dualbcast.jax.wrap", "dualbcast.jax.Op",
+             "dualbcast.scipy.objective", "dualbcast.scipy.Objective",
+             "dualbcast.dask.BlockwiseCall"]
+
+
 class _Links(HTMLParser):
     def __init__(self):
         super().__init__()
@@ -119,6 +135,13 @@ def check_in_browser(site, shots):
             page.goto(origin + name, wait_until="networkidle")
             if text not in page.inner_text("body"):
                 seen.append(f"does not show {text!r}")
+            raw = [marker for marker in (".. py:", ".. auto", ":meth:`", ":class:`", ":func:`")
+                   if marker in page.inner_text("body")]
+            seen += [f"shows unrendered reStructuredText: {marker!r}" for marker in raw]
+            if name == "api.html":
+                documented = set(page.evaluate(
+                    "() => Array.from(document.querySelectorAll('dt.sig[id]')).map(d => d.id)"))
+                seen += [f"does not document {n}" for n in API_NAMES if n not in documented]
             broken = page.evaluate("""() => Array.from(document.images)
                 .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)""")
             seen += [f"image not drawn: {src}" for src in broken]

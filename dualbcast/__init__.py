@@ -13,3 +13,9 @@ __all__ = ["FastBroadcast", "FrozenDependencyChanged", "KernelCompileError", "co
            "fast_broadcast", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
            "stop_gradient", "value_and_grad", "vjp", "vmap"]
 __version__ = "0.1.0"
+
+
+def __dir__():
+    # The public API only; the internal modules (dualbcast.kernel, dualbcast.core, ...)
+    # and the adapters (dualbcast.torch, ...) stay importable by name.
+    return sorted(__all__ + ["__version__"])

@@ -1,6 +1,12 @@
 """Kernels over Dask arrays (the optional ``[dask]`` extra): the same one loop, block by
 block, as lazy Dask work.
 
+For data larger than memory, or spread over a cluster's machines: a kernel called with
+a Dask array among its arguments, and ``dualbcast.grad``, ``value_and_grad`` and ``vjp``
+of a program over Dask arrays, build lazy Dask graphs whose tasks run the kernel's
+loops on the blocks, so that a value and its gradient are computed in one pass over
+the data.  Importing this module is not needed: a kernel's methods dispatch to it.
+
 A kernel called with a Dask array among its arguments (``k(x)``, ``k.sum(x)``,
 ``k.value_and_partials``, ``k.sum_and_partials``) builds a Dask graph instead of
 computing: the arguments are aligned on one grid of blocks of the broadcast shape (NumPy
@@ -11,8 +17,9 @@ argument broadcast across blocks (a scalar, a smaller array) are added up by a t
 Values and partials come from the same task per block, so ``dask.compute`` of both
 passes over the data once.
 
-The kernel travels to Dask's workers by its Python function (see
-:meth:`FastBroadcast.__reduce__`) and is compiled there (or loaded from the on-disk
+The kernel travels to Dask's workers pickled: by name where its module can be imported
+there, else by its Python function and the values it reads (see
+``FastBroadcast.__reduce__``), and is compiled there (or loaded from the on-disk
 compile cache).  Sums over blocks are added in a different order than in memory: they
 agree to rounding, not bit for bit.
 """
@@ -37,9 +44,75 @@ _PYTHON_NUMBERS = (bool, int, float)
 
 
 class BlockwiseCall:
-    """A kernel's call in ``mode`` over arguments among which are Dask arrays: checked
-    now (shapes, chunk sizes, dtypes, ``wrt``), built as a lazy Dask graph by the mode's
-    method (the same methods as a NumPy call's prepared call)."""
+    """A kernel's call over arguments among which are Dask arrays, built as lazy Dask work.
+
+    What a kernel makes when one of its arguments is a Dask array: ``k(...)``,
+    ``k.sum(...)``, ``k.value_and_partials(...)`` and ``k.sum_and_partials(...)`` each
+    construct one and call its method of the same mode, which returns lazy Dask
+    arrays.  The arguments are checked when it is constructed, before any data is
+    read: shapes, chunk sizes, dtypes and ``wrt``, as a call over NumPy arrays checks
+    them.  Then they are aligned on one grid of blocks of the broadcast shape (NumPy
+    arrays become Dask arrays with those chunks, numbers go to every block), and each
+    block runs the kernel's loop for the mode once.
+
+    Parameters
+    ----------
+    kernel : FastBroadcast
+        The kernel.
+    mode : {"map", "sum", "partials", "sum_partials"}
+        What the call computes: the map, its sum, ``value_and_partials`` or
+        ``sum_and_partials``.
+    args : tuple
+        The kernel's arguments, one per parameter, in order: Dask arrays, NumPy
+        arrays and numbers.
+    wrt : int or tuple of int or None
+        The differentiated arguments' positions, for the partials modes.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        The broadcast shape.
+    dtype : numpy.dtype
+        The result dtype.
+    chunks : tuple of tuple of int
+        The grid of blocks: along each dimension the chunks of the first Dask array
+        that spans it.
+
+    Raises
+    ------
+    TypeError
+        If ``mode`` is not one of these (``jvp`` and ``tangents=`` take NumPy
+        arrays), if the call is inside ``jvp``, a nested derivative or
+        ``dualbcast.jit``, or if an argument's dtype or ``wrt`` is refused as for a
+        NumPy call.
+    ValueError
+        If a Dask array has unknown chunk sizes (after boolean indexing: call
+        ``x.compute_chunk_sizes()`` first), the shapes do not broadcast together, or
+        ``wrt`` is out of range.
+
+    Notes
+    -----
+    A sum is a tree reduction of the blocks' sums: it agrees with the in-memory sum to
+    rounding, not bit for bit.  The partials of an argument that spans the blocks stay
+    blockwise; those of an argument broadcast across them (a scalar, a smaller array)
+    are added up by a tree.
+
+    Examples
+    --------
+    >>> import math, dask, dask.array as da, dualbcast as db
+    >>> @db.fast_broadcast
+    ... def decay(r, beta):
+    ...     return math.exp(-beta * r)
+    >>> r = da.arange(6.0, chunks=3)                  # two blocks
+    >>> total, dbeta = decay.sum_and_partials(r, 1.0, wrt=1)      # lazy
+    >>> total, dbeta = dask.compute(total, dbeta)     # one task per block
+    >>> round(float(total), 6), round(float(dbeta), 6)
+    (1.578055, -0.894864)
+    >>> from dualbcast.dask import BlockwiseCall
+    >>> call = BlockwiseCall(decay, "sum", (r, 1.0), None)
+    >>> call.shape, call.chunks
+    ((6,), ((3, 3),))
+    """
 
     def __init__(self, kernel, mode, args, wrt):
         name = kernel.__name__
@@ -66,7 +139,7 @@ class BlockwiseCall:
         # Every check a NumPy call makes of types and wrt, on one-element stand-ins.
         stand_ins = [arg if type(arg) in _PYTHON_NUMBERS
                      else np.zeros((1,) * np.ndim(arg), _dtype(arg)) for arg in args]
-        self.dtype = kernel.result_dtype(*stand_ins, wrt=wrt)
+        self.dtype = kernel._result_dtype(*stand_ins, wrt=wrt)
         self.kernel, self.mode, self.args = kernel, mode, args
         if wrt is not None:
             self.single, self.wrt = argument_positions(wrt, len(args), "wrt", name)
@@ -76,21 +149,28 @@ class BlockwiseCall:
     # The methods of a prepared call (kernel/prepared.py), each lazy.
 
     def map(self, args):
+        """The kernel's map, a lazy Dask array at the broadcast shape (``args`` are
+        the constructor's: the prepared calls' interface)."""
         return da.map_blocks(_Block(self.kernel, "map"), *self.blocks, dtype=self.dtype,
                              meta=np.empty((0,) * len(self.shape), self.dtype))
 
     def sum(self, args):
+        """The sum of the map, a lazy 0-d Dask array: a tree of the blocks' sums."""
         return self._total(da.map_blocks(_Block(self.kernel, "sum"), *self.blocks,
                                          dtype=self.dtype, chunks=self._one_per_block(),
                                          meta=self._meta(self.dtype)))
 
     def value_and_partials(self, args):
+        """``(value, partials)``, lazy Dask arrays at the broadcast shape, from one task
+        per block (one partials array for an int ``wrt``, a tuple for a tuple)."""
         records = self._records("partials")
         value = _item(records, 0, self.dtype)
         partials = tuple(_item(records, 1 + k, self.dtype) for k in range(len(self.wrt)))
         return value, partials[0] if self.single else partials
 
     def sum_and_partials(self, args, out=None):
+        """``(total, gradients)``, lazy Dask arrays, from one task per block: each
+        gradient at its argument's shape (``out=`` is refused: TypeError)."""
         if out is not None:
             raise TypeError(f"{self.kernel.__name__}.sum_and_partials: out= takes NumPy "
                             f"arrays; over Dask arrays the gradients are lazy Dask arrays")
@@ -208,4 +288,4 @@ class _Block:
     def __dask_tokenize__(self):
         # The kernel's identity and generation (its code and what it reads), so that two
         # graphs built around a change of the kernel's globals never share a key.
-        return (_Block, id(self.kernel), self.kernel.current_generation(), self.mode, self.wrt)
+        return (_Block, id(self.kernel), self.kernel._current_generation(), self.mode, self.wrt)

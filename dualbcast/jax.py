@@ -1,9 +1,13 @@
-"""``dualbcast.jax``: a kernel as a JAX function (``jit``, ``grad``, ``vmap``, ``jvp``,
-``jacfwd``/``jacrev``, ``hessian``), up to second order.
+"""dualbcast kernels as JAX functions (the optional ``[jax]`` extra), up to second order.
 
-``op = dualbcast.jax.wrap(kernel)``; ``op(*args)`` maps, ``op.sum(*args)`` sums, the
-arguments JAX arrays, NumPy arrays or Python numbers, broadcasting as the kernel does.
-For example, with ``softplus`` a ``@dualbcast.fast_broadcast`` kernel of ``(x, beta)``::
+For JAX programs that call a scalar function elementwise which JAX expresses badly
+(loops, early returns, costly branches), or a kernel already written for dualbcast:
+wrapped here, the kernel runs as one compiled loop on the host under ``jax.jit``,
+``grad``, ``vmap``, ``jvp``, ``jacfwd``/``jacrev`` and ``hessian``, each derivative
+from one loop of the kernel.  ``op = dualbcast.jax.wrap(kernel)``; ``op(*args)`` maps,
+``op.sum(*args)`` sums, the arguments JAX arrays, NumPy arrays or Python numbers,
+broadcasting as the kernel does.  For example, with ``softplus`` a
+``@dualbcast.fast_broadcast`` kernel of ``(x, beta)``::
 
     op = dualbcast.jax.wrap(softplus)
     loss = jax.jit(lambda x: op.sum(x, 2.0))
@@ -44,16 +48,66 @@ except ImportError as err:          # dualbcast itself never imports JAX
 
 from .kernel import FastBroadcast
 
-__all__ = ["wrap"]
+__all__ = ["wrap", "Op"]
 
 _typeof = getattr(jax, "typeof", None) or jax.core.get_aval     # (jax < 0.6)
 
 
 def wrap(kernel: FastBroadcast) -> "Op":
-    """``kernel`` (made by ``@dualbcast.fast_broadcast``) as a JAX function :class:`Op`:
-    ``op(*args)`` its map and ``op.sum(*args)`` its fused sum, under any composition
-    of ``jax.jit``, ``grad``, ``vmap``, ``jvp``, ``jacfwd``, ``jacrev`` and ``hessian``
-    up to second order (a third derivative raises ``NotImplementedError``)."""
+    """Make a kernel a JAX function, differentiable up to second order.
+
+    ``op(*args)`` is the kernel's map and ``op.sum(*args)`` its fused sum, under any
+    composition of ``jax.jit``, ``grad``, ``vmap``, ``jvp``, ``jacfwd``, ``jacrev`` and
+    ``hessian``.  The kernel runs on the host through ``jax.pure_callback``; a
+    derivative is one loop giving the value and the partials for exactly the
+    arguments being differentiated, and second derivatives come from the kernel's
+    second-order loop.  Under ``vmap`` a sum stays one sum per batch element.
+
+    The arguments, one per parameter of the kernel (positionally or by name), are
+    JAX arrays, NumPy arrays or Python numbers of a real dtype (integer and bool
+    arguments are never differentiated), broadcasting as the kernel does.  Dtypes
+    follow the kernel's rules within JAX's canonical dtypes (float32 when
+    ``jax_enable_x64`` is off).
+
+    Parameters
+    ----------
+    kernel : FastBroadcast
+        A kernel made by ``@dualbcast.fast_broadcast``.
+
+    Returns
+    -------
+    Op
+        The JAX function, with ``op(*args)`` and ``op.sum(*args)``.
+
+    Raises
+    ------
+    TypeError
+        If ``kernel`` is not a ``@fast_broadcast`` kernel.  When the function is
+        called (or traced): if the arguments do not fit the kernel's parameters or
+        are not real (a complex array).
+    ValueError
+        When the function is called (or traced), if the arguments' shapes do not
+        broadcast together.
+    NotImplementedError
+        When a third derivative is taken.
+
+    Examples
+    --------
+    >>> import math, jax, jax.numpy as jnp, dualbcast as db, dualbcast.jax
+    >>> @db.fast_broadcast
+    ... def smooth_leaky(x, alpha):
+    ...     if x > 0.0:
+    ...         return x
+    ...     return alpha * x + (1.0 - alpha) * math.expm1(x)
+    >>> act = dualbcast.jax.wrap(smooth_leaky)
+    >>> x = jnp.array([-1.0, 0.0, 2.0])
+    >>> loss = jax.jit(lambda x: act.sum(x, 0.1))
+    >>> g = jax.grad(loss)(x)                   # one loop: sum_and_partials
+    >>> bool(jnp.allclose(g, jnp.where(x > 0, 1.0, 0.1 + 0.9 * jnp.exp(x))))
+    True
+    >>> jax.vmap(act.sum, in_axes=(0, None))(jnp.ones((3, 2)), 0.1).shape
+    (3,)
+    """
     if not isinstance(kernel, FastBroadcast):
         raise TypeError(f"dualbcast.jax.wrap takes a @dualbcast.fast_broadcast kernel, "
                         f"not {type(kernel).__name__}")
@@ -61,7 +115,16 @@ def wrap(kernel: FastBroadcast) -> "Op":
 
 
 class Op:
-    """A kernel as a JAX function (see :func:`wrap`)."""
+    """A kernel as a JAX function, made by :func:`wrap`.
+
+    ``op(*args)`` is the kernel's map and ``op.sum(*args)`` its sum; see :func:`wrap`
+    for the arguments, the transformations and the errors.
+
+    Attributes
+    ----------
+    kernel : FastBroadcast
+        The kernel.
+    """
 
     def __init__(self, kernel):
         self.kernel = kernel
@@ -73,19 +136,20 @@ class Op:
         return f"<dualbcast.jax op {self.__name__}>"
 
     def __call__(self, *args, **kwargs):
-        """The kernel elementwise, at the arguments' broadcast shape."""
+        """The kernel elementwise, at the arguments' broadcast shape (a JAX array)."""
         return self._map(*self._arguments(args, kwargs))
 
     def sum(self, *args, **kwargs):
-        """``sum(op(*args))`` from one loop (differentiated: the sum and its gradient
-        from one loop), never materialising the map."""
+        """``sum(op(*args))`` from one loop, never materialising the map (a 0-d JAX array).
+
+        Differentiated, the sum and its gradient come from one loop."""
         return self._sum(*self._arguments(args, kwargs))
 
     def _arguments(self, args, kwargs):
         # Bound as the kernel binds them (its defaults, its error for a wrong count),
         # as JAX arrays (a Python number stays weak), checked before any work.
         args = tuple(a if isinstance(a, jax.Array) else jnp.asarray(a)
-                     for a in self.kernel.bind(*args, **kwargs))
+                     for a in self.kernel._bind(args, kwargs))
         _Spec(self.kernel, args)
         return args
 
@@ -195,7 +259,7 @@ class _Spec:
         stand_ins = [np.zeros((), a.dtype).item() if weak else
                      np.broadcast_to(np.zeros((), a.dtype), a.shape)
                      for a, weak in zip(avals, self.weak)]
-        self.dtype = jax.dtypes.canonicalize_dtype(kernel.result_dtype(*stand_ins))
+        self.dtype = jax.dtypes.canonicalize_dtype(kernel._result_dtype(*stand_ins))
         self.shape = np.broadcast_shapes(*(a.shape for a in avals))
         self.shapes = tuple(a.shape for a in avals)
         # (the callback casts a weak number to the result dtype, as the kernel would)

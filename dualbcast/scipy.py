@@ -1,4 +1,9 @@
-"""``dualbcast.scipy.objective``: a function of an array as SciPy's optimisers want it.
+"""A function of an array as SciPy's optimisers want it.
+
+For minimising a function written in NumPy (with kernels or without) with
+``scipy.optimize.minimize`` and its gradient from dualbcast: ``objective(f)`` gives
+SciPy the value and a gradient of their own on every call, and the Hessian-vector
+products and Hessians that the Newton-type methods take.
 
 ``scipy.optimize.minimize(fun, x0, jac=True)`` calls ``fun(x, *args)`` for a value and a
 gradient, and keeps gradients across calls: BFGS updates its inverse Hessian from the
@@ -35,38 +40,70 @@ __all__ = ["Objective", "objective"]
 
 def objective(f: Callable, shape: Optional[Sequence[int]] = None, *,
               jit: bool = False) -> "Objective":
-    """``f`` (a scalar function of an array, then ``args``) as an objective for
-    ``scipy.optimize.minimize(obj, x0.ravel(), jac=True, ...)``.
+    """Make a scalar function of an array an objective for ``scipy.optimize.minimize``.
 
-    ``obj(x, *args)`` returns ``(value, gradient)``: ``f(x.reshape(shape), *args)`` as
-    a Python float and its gradient as a new 1-d float64 array, of its own on every call
-    (SciPy keeps gradients across calls: never a buffer reused, never a read-only
-    view).  ``obj.hessp(x, p, *args)`` is the Hessian-vector product (``hessp=``, for
-    ``Newton-CG``, ``trust-ncg``, ``trust-krylov``, ``trust-constr``) from one pass of
-    forward mode over the gradient (``db.jvp`` of ``db.grad``); ``obj.hess(x, *args)``
-    the whole Hessian, an ``(n, n)`` array (``hess=``: ``n`` backward passes, for small
-    ``n``, ``trust-exact`` and ``dogleg``).  ``obj.fun`` and ``obj.jac`` give the value
-    and the gradient alone (``NonlinearConstraint(obj.fun, lb, ub, jac=obj.jac)``,
-    ``scipy.optimize.check_grad``).  ``args`` are minimize's ``args=``, passed to ``f``
-    after ``x`` and not differentiated.
+    ``obj = objective(f, shape)`` is called as ``minimize(obj, x0.ravel(), jac=True,
+    ...)`` calls it: ``obj(x, *args)`` returns ``(value, gradient)``,
+    ``f(x.reshape(shape), *args)`` as a Python float and its gradient as a new 1-d
+    float64 array, of its own on every call (SciPy keeps gradients across calls:
+    never a buffer reused, never a read-only view).  ``obj.hessp(x, p, *args)`` is the
+    Hessian-vector product (``hessp=``, for ``Newton-CG``, ``trust-ncg``,
+    ``trust-krylov``, ``trust-constr``) from one pass of forward mode over the
+    gradient (``db.jvp`` of ``db.grad``); ``obj.hess(x, *args)`` the whole Hessian,
+    an ``(n, n)`` array (``hess=``: ``n`` backward passes, for small ``n``,
+    ``trust-exact`` and ``dogleg``).  ``obj.fun`` and ``obj.jac`` give the value and
+    the gradient alone (``NonlinearConstraint(obj.fun, lb, ub, jac=obj.jac)``,
+    ``scipy.optimize.check_grad``).
 
-    ``shape``: the shape ``f`` takes its array in (SciPy's ``x`` is 1-d); None (the
-    default) passes ``x`` as SciPy gives it.  An ``x`` or ``p`` of another size raises
-    ``ValueError`` before ``f`` runs; an ``f`` that returns anything but a real scalar
-    raises ``TypeError`` (from its forward pass, before any backward pass).
+    Parameters
+    ----------
+    f : callable
+        ``f(x, *args)``: a real scalar from an array ``x`` (differentiated) and
+        minimize's ``args=`` (passed after ``x``, not differentiated), written with
+        NumPy and dualbcast kernels.
+    shape : int or tuple of int, optional
+        The shape ``f`` takes its array in (SciPy's ``x`` is 1-d).  None (the
+        default) passes ``x`` as SciPy gives it.
+    jit : bool, default False
+        Keyword only.  Run the value, gradient and Hessian-vector product through
+        :func:`dualbcast.jit` (see Notes).
 
-    ``jit=True``: each of these goes through :func:`dualbcast.jit`, which traces ``f``
-    once per signature (the shape and dtype of ``x``, the values of ``args``) and
-    replays the recorded operations on later calls instead of running ``f``'s Python
-    code.  Its contract is ``jax.jit``'s: ``f`` must compute from its arguments.  What
-    a replay can check it checks on every call (branches on traced values, the globals
-    ``f`` names, constant arrays' contents) and traces again; an attribute or
-    container entry changed behind ``f``'s back is not seen (``help(dualbcast.jit)``).
-    Arrays in ``args`` are compared on every call, and a call whose ``args`` or
-    constants hold over 256 KiB runs eagerly.  Values, gradients and Hessian-vector
-    products are the eager ones, bit for bit, so a minimisation takes the same steps
-    either way.  ``hess`` runs eagerly (its rows are backward passes).
+    Returns
+    -------
+    Objective
+        The objective: call it for ``(value, gradient)``; ``hessp``, ``hess``,
+        ``fun`` and ``jac`` as above.
 
+    Raises
+    ------
+    TypeError
+        If ``f`` is not callable, or ``shape`` is not an int or a tuple of ints.
+    ValueError
+        If ``shape`` has a negative length.
+
+    See Also
+    --------
+    Objective : The objective's methods, and what they raise.
+    dualbcast.value_and_grad : The value and gradient of ``f``; with ``out=``, a
+        buffer rewritten on every call, which SciPy must not get.
+
+    Notes
+    -----
+    With ``jit=True`` each of the value, the gradient and the Hessian-vector product
+    goes through :func:`dualbcast.jit`, which traces ``f`` once per signature (the
+    shape and dtype of ``x``, the values of ``args``) and replays the recorded
+    operations on later calls instead of running ``f``'s Python code.  Its contract is
+    ``jax.jit``'s: ``f`` must compute from its arguments.  What a replay can check it
+    checks on every call (branches on traced values, the globals ``f`` names,
+    constant arrays' contents) and traces again; an attribute or container entry
+    changed behind ``f``'s back is not seen (``help(dualbcast.jit)``).  Arrays in
+    ``args`` are compared on every call, and a call whose ``args`` or constants hold
+    over 256 KiB runs eagerly.  Values, gradients and Hessian-vector products are the
+    eager ones, bit for bit, so a minimisation takes the same steps either way.
+    ``hess`` runs eagerly (its rows are backward passes).
+
+    Examples
+    --------
     >>> import numpy as np, dualbcast.scipy
     >>> obj = dualbcast.scipy.objective(lambda x: np.sum(x ** 2), shape=(2, 2))
     >>> value, g = obj(np.arange(4.0))
@@ -74,14 +111,73 @@ def objective(f: Callable, shape: Optional[Sequence[int]] = None, *,
     (14.0, array([0., 2., 4., 6.]))
     >>> obj.hessp(np.arange(4.0), np.array([1.0, 0.0, 0.0, 0.0]))
     array([2., 0., 0., 0.])
+
+    Minimising, with ``args``:
+
+    >>> import scipy.optimize
+    >>> def distance(x, target):
+    ...     return np.sum((x - target) ** 2) + np.sum(x ** 4)
+    >>> obj = dualbcast.scipy.objective(distance, shape=(3,))
+    >>> result = scipy.optimize.minimize(obj, np.zeros(3), args=(np.ones(3),), jac=True,
+    ...                                  hessp=obj.hessp, method="trust-ncg")
+    >>> bool(result.success), result.x.round(4)
+    (True, array([0.5898, 0.5898, 0.5898]))
     """
     return Objective(f, shape, jit=jit)
 
 
 class Objective:
-    """What :func:`objective` returns: call it for ``(value, gradient)``; ``hessp``,
-    ``hess``, ``fun`` and ``jac`` as documented there.  ``shape`` (a tuple, or None)
-    and ``f`` are attributes."""
+    """A function of an array as ``scipy.optimize.minimize`` calls it; see :func:`objective`.
+
+    Call it for ``(value, gradient)``; :meth:`hessp`, :meth:`hess`, :meth:`fun` and
+    :meth:`jac` give the Hessian-vector product, the Hessian, the value and the
+    gradient alone.  Each takes SciPy's 1-d ``x`` (any real dtype: converted to
+    float64), reshaped to :attr:`shape`, then minimize's ``args``, and returns a
+    Python float or a new float64 array of its own.
+
+    Parameters
+    ----------
+    f : callable
+        ``f(x, *args)``, a real scalar.
+    shape : int or tuple of int, optional
+        The shape ``f`` takes ``x`` in; None: as SciPy gives it.
+    jit : bool, default False
+        Keyword only.  Run through :func:`dualbcast.jit`.
+
+    Attributes
+    ----------
+    f : callable
+        The function.
+    shape : tuple of int or None
+        The shape ``f`` takes its array in.
+    jit : bool
+        Whether the calls go through :func:`dualbcast.jit`.
+
+    Raises
+    ------
+    TypeError
+        If ``f`` is not callable, or ``shape`` is not an int or a tuple of ints.
+        When called: if ``x`` or ``p`` is complex, or ``f`` returns anything but a
+        real scalar (from its forward pass, before any backward pass).
+    ValueError
+        If ``shape`` has a negative length.  When called: if ``x`` or ``p`` has
+        another size than ``shape``'s (before ``f`` runs).
+
+    Examples
+    --------
+    >>> import numpy as np, dualbcast.scipy
+    >>> obj = dualbcast.scipy.Objective(lambda x: np.sum(x ** 3), shape=(2,))
+    >>> obj.fun(np.array([1.0, 2.0])), obj.jac(np.array([1.0, 2.0]))
+    (9.0, array([ 3., 12.]))
+    >>> obj.hess(np.array([1.0, 2.0]))
+    array([[ 6.,  0.],
+           [ 0., 12.]])
+    >>> obj(np.ones(3))
+    Traceback (most recent call last):
+        ...
+    ValueError: objective of <lambda>: x has 3 elements (shape (3,)), but <lambda> takes
+    shape (2,) (2 elements)
+    """
 
     def __init__(self, f: Callable, shape: Optional[Sequence[int]] = None, *,
                  jit: bool = False):
@@ -103,7 +199,21 @@ class Objective:
         self._hessian = hessian(f)      # (its rows are backward passes: eager either way)
 
     def __call__(self, x, *args) -> tuple[float, np.ndarray]:
-        """``(f(x), gradient)``: a Python float and a new 1-d float64 array."""
+        """``(f(x), gradient)``: a Python float and a new 1-d float64 array.
+
+        Parameters
+        ----------
+        x : array_like
+            The point, of ``shape``'s size.
+        *args
+            Passed to ``f`` after ``x``, not differentiated.
+
+        Returns
+        -------
+        value : float
+        gradient : numpy.ndarray
+            1-d, float64, of its own.
+        """
         value, g = self._value_and_grad(self._array(x, "x"), *args)
         return _float(value, self.f), _fresh_flat(g)
 
@@ -116,13 +226,21 @@ class Objective:
         return _fresh_flat(self._grad(self._array(x, "x"), *args))
 
     def hessp(self, x, p, *args) -> np.ndarray:
-        """The Hessian of ``f`` at ``x`` times ``p``, a new 1-d float64 array."""
+        """The Hessian of ``f`` at ``x`` times ``p``, a new 1-d float64 array.
+
+        One forward-mode pass over the gradient (``db.jvp`` of ``db.grad``).
+        ``p`` has ``x``'s size.
+        """
         x = self._array(x, "x")
         p = self._array(p, "p", x.shape)
         return _fresh_flat(self._hvp(x, p, *args))
 
     def hess(self, x, *args) -> np.ndarray:
-        """The Hessian of ``f`` at ``x``, a new ``(n, n)`` float64 array."""
+        """The Hessian of ``f`` at ``x``, a new ``(n, n)`` float64 array.
+
+        ``n`` is ``x``'s size; the rows are ``n`` backward passes (eager, also with
+        ``jit=True``): for small ``n``.
+        """
         x = self._array(x, "x")
         return _fresh_flat(self._hessian(x, *args)).reshape(x.size, x.size)
 

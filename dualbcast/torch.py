@@ -1,12 +1,14 @@
 """dualbcast kernels as differentiable PyTorch operations (the optional ``[torch]`` extra).
 
-``op = dualbcast.torch.wrap(k)`` makes a ``@fast_broadcast`` kernel a PyTorch function:
-``op(*tensors)`` maps it (NumPy/PyTorch broadcasting) and ``op.sum(*tensors)`` sums the
-map without materialising it.  The forward pass runs the kernel's dual-number loop once
-and gets the value and the partials for exactly the inputs that ``requires_grad``; the
-backward pass is one multiply (and a reduction for broadcast inputs).  That replaces the
-chain of PyTorch operations, one saved tensor per operation, of the same function
-written with ``torch`` ops.
+For a model written in PyTorch that applies a scalar function elementwise (a custom
+activation, a pair potential, a loss): written as a ``@dualbcast.fast_broadcast``
+kernel and wrapped here, it runs as one compiled loop instead of a chain of ``torch``
+operations that saves a tensor per operation for the backward pass.
+``op = dualbcast.torch.wrap(k)`` makes the kernel a PyTorch function: ``op(*tensors)``
+maps it (NumPy/PyTorch broadcasting) and ``op.sum(*tensors)`` sums the map without
+materialising it.  The forward pass runs the kernel's dual-number loop once and gets
+the value and the partials for exactly the inputs that ``requires_grad``; the backward
+pass is one multiply (and a reduction for broadcast inputs).
 
 Second order (``create_graph=True``, double backward, ``torch.autograd.gradgradcheck``)
 comes from the kernel's second-order loop (nested duals); a third derivative raises a
@@ -37,9 +39,36 @@ _CONSTANTS = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, tor
 
 
 def wrap(kernel: FastBroadcast) -> "TorchOp":
-    """The kernel as a differentiable PyTorch operation: ``op(*args)`` maps it and
-    ``op.sum(*args)`` sums the map; arguments are CPU tensors or Python numbers.
+    """Make a kernel a differentiable PyTorch operation.
 
+    ``op(*args)`` maps the kernel over its arguments with broadcasting and
+    ``op.sum(*args)`` sums the map without storing it; the arguments are CPU tensors
+    or Python numbers.  The forward pass gets the value and the partials of exactly
+    the inputs that ``requires_grad`` from one loop of the kernel; the backward pass
+    multiplies by them.  Second derivatives (``create_graph=True``, double backward,
+    ``torch.autograd.gradgradcheck``) come from the kernel's second-order loop.
+
+    Parameters
+    ----------
+    kernel : FastBroadcast
+        A kernel made by ``@dualbcast.fast_broadcast``.
+
+    Returns
+    -------
+    TorchOp
+        The operation.
+
+    Raises
+    ------
+    TypeError
+        If ``kernel`` is not a ``@fast_broadcast`` kernel.
+
+    See Also
+    --------
+    TorchOp : The operation's arguments, results and errors.
+
+    Examples
+    --------
     >>> import math, torch, dualbcast as db, dualbcast.torch
     >>> @db.fast_broadcast
     ... def softplus(x, beta):
@@ -57,7 +86,62 @@ def wrap(kernel: FastBroadcast) -> "TorchOp":
 
 
 class TorchOp:
-    """A kernel as a PyTorch operation (see :func:`wrap`)."""
+    """A kernel as a differentiable PyTorch operation, made by :func:`wrap`.
+
+    ``op(*args)`` is the kernel's map and ``op.sum(*args)`` its sum, each a
+    ``torch.autograd.Function``: differentiable by ``backward`` and
+    ``torch.autograd.grad``, twice (the second time from the kernel's second-order
+    loop), and in the ``grad_outputs`` of a backward pass (a Hessian-vector product
+    differentiated by its vector).  The adapter is reverse mode: ``torch.func``
+    transforms and ``torch.autograd.forward_ad`` are not supported (PyTorch raises
+    for them).
+
+    The arguments, one per parameter of the kernel (positionally or by name), are
+    CPU tensors, dense, float32 or float64 (integer and bool tensors are constants,
+    never differentiated), or Python numbers.  The kernel reads the tensors in
+    place, without a copy.  The result's dtype is the kernel's (NumPy's promotion:
+    float32 tensors and Python numbers give float32), each gradient its input's.
+
+    Parameters
+    ----------
+    kernel : FastBroadcast
+        The kernel.
+
+    Attributes
+    ----------
+    kernel : FastBroadcast
+        The kernel.
+
+    Raises
+    ------
+    TypeError
+        When called: if an argument is neither a tensor nor a Python number (a NumPy
+        array), or a tensor that is sparse, complex, or of another dtype than
+        float32, float64, integer or bool (float16, bfloat16); or if the arguments
+        do not fit the kernel's parameters.
+    ValueError
+        When called: if a tensor is not on the CPU, or the shapes do not broadcast
+        together.
+    RuntimeError
+        In a backward pass that asks for a third derivative.
+
+    Examples
+    --------
+    >>> import math, torch, dualbcast as db, dualbcast.torch
+    >>> @db.fast_broadcast
+    ... def smooth_leaky(x, slope):
+    ...     if x > 0.0:
+    ...         return x + 0.25 * math.log1p(x * x)
+    ...     return slope * (math.exp(x) - 1.0)
+    >>> act = dualbcast.torch.wrap(smooth_leaky)
+    >>> x = torch.tensor([-1.0, 0.5, 2.0], dtype=torch.float64, requires_grad=True)
+    >>> slope = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    >>> act(x, slope).pow(2).sum().backward()      # x and slope get their .grad
+    >>> slope.grad.shape
+    torch.Size([])
+    >>> torch.autograd.gradgradcheck(act.sum, (x, slope))
+    True
+    """
 
     def __init__(self, kernel: FastBroadcast):
         self.kernel = kernel
@@ -68,11 +152,37 @@ class TorchOp:
         return f"<dualbcast.torch op {self.__name__}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> "torch.Tensor":
-        """The kernel elementwise, at the broadcast shape of the arguments."""
+        """The kernel elementwise, at the broadcast shape of the arguments.
+
+        Parameters
+        ----------
+        *args, **kwargs
+            One per parameter of the kernel: tensors or Python numbers (see
+            :class:`TorchOp`).
+
+        Returns
+        -------
+        torch.Tensor
+            The values, at the broadcast shape, differentiable in the inputs that
+            ``requires_grad``.
+        """
         return _First.apply(_Mode(self.kernel, "map"), *_checked(self.kernel, args, kwargs))
 
     def sum(self, *args: Any, **kwargs: Any) -> "torch.Tensor":
-        """The sum of the map, a 0-d tensor, in one loop (the map is never stored)."""
+        """The sum of the map, in one loop that never stores the map.
+
+        Parameters
+        ----------
+        *args, **kwargs
+            One per parameter of the kernel: tensors or Python numbers (see
+            :class:`TorchOp`).
+
+        Returns
+        -------
+        torch.Tensor
+            The sum, a 0-d tensor, differentiable in the inputs that
+            ``requires_grad`` (each gradient from the same loop as the sum).
+        """
         return _First.apply(_Mode(self.kernel, "sum"), *_checked(self.kernel, args, kwargs))
 
 
@@ -103,7 +213,7 @@ class _Mode:
 def _checked(kernel, args, kwargs):
     """The arguments bound to the kernel's parameters (keywords and defaults applied),
     each CPU tensor checked (device, layout, dtype) before any work."""
-    args = kernel.bind(*args, **kwargs)
+    args = kernel._bind(args, kwargs)
     for position, arg in enumerate(args):
         if not isinstance(arg, torch.Tensor):
             if isinstance(arg, (np.ndarray, np.generic)) or not isinstance(arg, (int, float, bool)):

@@ -339,6 +339,29 @@ def test_augmented_assignment_on_a_traced_array_raises():
         db.grad(g)(np.ones(3))
 
 
+@pytest.mark.parametrize("transform", ["grad", "value_and_grad", "vmap", "jacobian", "jacfwd",
+                                       "jacrev", "hessian", "jit"])
+def test_a_transform_of_something_not_callable_raises_at_once(transform):
+    with pytest.raises(TypeError, match=f"dualbcast.{transform} takes a function, not 3"):
+        getattr(db, transform)(3)
+
+
+@pytest.mark.parametrize("start", [2.0, np.float64(2.0)])
+def test_augmented_assignment_on_a_traced_scalar_rebinds_it(start):
+    # A float is immutable: x += 1 is x = x + 1, traced or not (as JAX and autograd).
+    def f(x):
+        x += 1.0
+        x *= x
+        x -= 0.5
+        x /= 2.0
+        x **= 2
+        return x
+    expected = 2 * ((start + 1.0) ** 2 - 0.5) / 2.0 * (start + 1.0)    # d/dx ((x+1)^2-1/2)^2/4
+    assert db.grad(f)(start) == pytest.approx(expected, rel=1e-14)
+    assert db.grad(lambda x: f(np.sum(x)))(np.ones(2))[0] == pytest.approx(
+        db.grad(f)(2.0), rel=1e-14)
+
+
 @pytest.mark.parametrize("convert", [float, int, np.asarray, lambda x: x.item(),
                                      lambda x: __import__("math").exp(x)])
 def test_detaching_conversions_raise(convert):

@@ -127,4 +127,4 @@ def test_rules_through_numpy_ufuncs_do_not_compile_for_cuda(function):
                                        "does not lower")
 def test_a_kernels_vector_math_does_not_compile_for_cuda():
     kernel = dualbcast.fast_broadcast(lambda x: math.sin(x) * x)
-    _ptx(kernel.scalar_kernel.py_func, (D,))
+    _ptx(kernel._scalar_kernel.py_func, (D,))

@@ -126,14 +126,14 @@ def test_a_name_rebound_to_an_equal_value_compiles_nothing():
     exec("@db.fast_broadcast\ndef k(x):\n    return A * x + T[1]", namespace)
     k = namespace["k"]
     k(X)
-    generation = k.current_generation()
+    generation = k._current_generation()
     namespace["A"] = float("1.5")       # another object, the same value
     namespace["T"] = (1.0, 2.0)
     k(X)
-    assert k.current_generation() == generation
+    assert k._current_generation() == generation
     namespace["A"] = -1.5
     k(X)
-    assert k.current_generation() == generation + 1
+    assert k._current_generation() == generation + 1
 
 
 def test_minus_zero_is_another_value():
@@ -169,8 +169,8 @@ def test_checking_costs_one_identity_test_per_name():
     exec("@db.fast_broadcast\ndef k(x):\n    return math.exp(x) + math.sin(x)", namespace)
     k = namespace["k"]
     k(X)
-    assert [key for _, key, _ in k.dependencies._watched] == ["__defaults__", "math"]
-    assert not k.dependencies._contents
+    assert [key for _, key, _ in k._dependencies._watched] == ["__defaults__", "math"]
+    assert not k._dependencies._contents
 
 
 def test_a_helper_is_compiled_again_only_when_a_name_it_reads_changed():
@@ -298,5 +298,5 @@ def test_the_options_of_a_called_kernel_or_helper_are_in_the_cache_key():
                   numba.njit(body), numba.njit(fastmath=True)(body)):
         outer = calling(inner)
         assert outer(np.ones(3)).tolist() == [2.0, 2.0, 2.0]     # (compiled: keyed)
-        keys.append(outer.cache_key)
+        keys.append(outer._cache_key)
     assert None not in keys and len(set(keys)) == 4

@@ -206,11 +206,11 @@ def test_only_active_arguments_get_partials():
     coeffs = list(np.linspace(0.5, 1.5, 10))
     _, g = poly.sum_and_partials(x, *coeffs, wrt=3)
     assert g == pytest.approx(np.sum(x ** 2))
-    (spec,) = [s for s in poly.specializations if s.mode == "sum_partials"]
+    (spec,) = [s for s in poly._specializations if s.mode == "sum_partials"]
     assert spec.n == 1                        # one partial, not ten
     assert [str(t) for t in spec.argument_types()].count("Dual(float64, 1)") == 1
     # (the loop calls the kernel with one dual: its kernel is inlined as Numba IR)
-    assert poly.loop(spec).__doc__.count("_dual(") == 1
+    assert poly._loop(spec).__doc__.count("_dual(") == 1
 
 
 def test_specialisations_compile_once():
@@ -219,7 +219,7 @@ def test_specialisations_compile_once():
         return a * x
 
     def compiled():
-        return sum(len(sigs) for sigs in k.specializations.values())
+        return sum(len(sigs) for sigs in k._specializations.values())
 
     for _ in range(2):
         k(np.ones(5), 2.0)
@@ -509,7 +509,7 @@ def test_strided_1d_arguments_give_the_contiguous_bits_in_every_mode(n):
 
 
 def test_result_dtype_is_the_calls_dtype_and_checks_without_running():
-    """result_dtype (what the adapters check before building lazy work) gives the dtype
+    """_result_dtype (what the adapters check before building lazy work) gives the dtype
     a call computes in and raises what the call would, without allocating: a float16
     stand-in of 10^7 elements is not converted."""
     import tracemalloc
@@ -519,17 +519,17 @@ def test_result_dtype_is_the_calls_dtype_and_checks_without_running():
               (np.float32, np.int64), (np.float32, np.float32), (np.int32, np.int8)]
     for a, b in combos:
         x, n = np.ones(3, a), np.ones(3, b)
-        assert k.result_dtype(x, n) == k(x, n).dtype
+        assert k._result_dtype(x, n) == k(x, n).dtype
     tracemalloc.start()
     try:
-        k.result_dtype(np.broadcast_to(np.float16(0.0), (10 ** 7,)), 2.0)
+        k._result_dtype(np.broadcast_to(np.float16(0.0), (10 ** 7,)), 2.0)
         assert tracemalloc.get_traced_memory()[1] < 10 ** 5
     finally:
         tracemalloc.stop()
     with pytest.raises(TypeError, match="argument 1 of dtype int64"):
-        k.result_dtype(np.ones(3), np.ones(3, np.int64), wrt=(0, 1))
+        k._result_dtype(np.ones(3), np.ones(3, np.int64), wrt=(0, 1))
     with pytest.raises(ValueError, match="could not be broadcast"):
-        k.result_dtype(np.ones(3), np.ones(4))
+        k._result_dtype(np.ones(3), np.ones(4))
 
 
 def test_sums_of_kernels_whose_value_is_not_their_partials_type():

@@ -27,7 +27,7 @@ def wave_autograd(x, a, b):
 
 
 def active_sets(kernel, mode):
-    return sorted({spec.active for spec in kernel.specializations if spec.mode == mode})
+    return sorted({spec.active for spec in kernel._specializations if spec.mode == mode})
 
 
 def test_only_traced_arguments_become_duals():

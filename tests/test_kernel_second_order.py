@@ -1,6 +1,6 @@
 """Second order in the kernel layer (issue 15 item 3): the tangent modes of a kernel
 (``k.jvp``, ``k.sum_jvp``, ``tangents=`` on ``value_and_partials`` and
-``sum_and_partials``, and ``kernel.prepare("tangent" | "sum_tangent" |
+``sum_and_partials``, and ``kernel._prepare("tangent" | "sum_tangent" |
 "partials_tangent" | "sum_partials_tangent", ...)`` as the core calls them).
 
 Oracles: central differences of the first partials (``value_and_partials``), autograd
@@ -362,17 +362,17 @@ def test_threads_give_the_bits_of_one_thread(monkeypatch):
 def test_prepared_calls_as_the_core_calls_them():
     r, v = np.array([0.3, 0.9, 1.4]), np.array([1.0, -2.0, 0.5])
     values = (r, 0.7, 1.3)
-    call = pair.prepare("sum_partials_tangent", values, ((0,), (0,)))
+    call = pair._prepare("sum_partials_tangent", values, ((0,), (0,)))
     total, total_tangent, grads, hvps = call.sum_partials_tangent(values, (v,))
     assert type(grads) is tuple and type(hvps) is tuple and len(grads) == 1
-    again = pair.prepare("sum_partials_tangent", values, ((0,), (0,)))
+    again = pair._prepare("sum_partials_tangent", values, ((0,), (0,)))
     assert again is call                             # (kept per signature)
-    value, tangent = pair.prepare("tangent", values, (0, 2)).tangent(values, (v, 1.0))
+    value, tangent = pair._prepare("tangent", values, (0, 2)).tangent(values, (v, 1.0))
     p = pair.value_and_partials(*values, wrt=(0, 2))[1]
     np.testing.assert_allclose(tangent, p[0] * v + p[1], rtol=1e-15)
-    out = pair.prepare("partials_tangent", values, ((1,), (0,))).partials_tangent(values, (v,))
+    out = pair._prepare("partials_tangent", values, ((1,), (0,))).partials_tangent(values, (v,))
     assert len(out) == 4 and len(out[2]) == len(out[3]) == 1
-    total2, tangent2 = pair.prepare("sum_tangent", values, (0,)).sum_tangent(values, (v,))
+    total2, tangent2 = pair._prepare("sum_tangent", values, (0,)).sum_tangent(values, (v,))
     assert (total2, tangent2) == (total, total_tangent)
     # another tangent signature: another loop, same call object
     hv2 = call.sum_partials_tangent(values, (2.0,))[3][0]
@@ -394,11 +394,11 @@ def test_several_tangent_directions_in_one_loop_are_one_direction_each(shapes, d
     directions = [(rng.standard_normal(shapes[0]).astype(dtype), dtype(0.5)),
                   (dtype(1.0), dtype(0.0)), (dtype(0.0), dtype(-2.0))]
     for kernel in (pair, branchy):
-        call = kernel.prepare("sum_partials_tangent", values, (wrt, positions, 3))
+        call = kernel._prepare("sum_partials_tangent", values, (wrt, positions, 3))
         flat = tuple(directions[d][q] for q in range(2) for d in range(3))
         total, tangents, grads, grad_tangents = call.sum_partials_tangent(values, flat)
         assert len(tangents) == 3 and len(grad_tangents) == 3
-        one = kernel.prepare("sum_partials_tangent", values, (wrt, positions))
+        one = kernel._prepare("sum_partials_tangent", values, (wrt, positions))
         for d, tangent in enumerate(directions):
             want = one.sum_partials_tangent(values, tangent)
             got = (total, tangents[d], grads, grad_tangents[d])
@@ -412,9 +412,9 @@ def test_several_tangent_directions_in_one_loop_are_one_direction_each(shapes, d
     with pytest.raises(TypeError, match="6 \\(3 per tangent position"):
         call.sum_partials_tangent(values, flat[:4])
     with pytest.raises(TypeError, match="no tangent width"):
-        pair.prepare("partials_tangent", values, (wrt, positions, 3))
+        pair._prepare("partials_tangent", values, (wrt, positions, 3))
     with pytest.raises(TypeError, match="no tangent width"):
-        pair.prepare("sum_partials_tangent", values, (wrt, positions, 0))
+        pair._prepare("sum_partials_tangent", values, (wrt, positions, 0))
 
 
 @db.fast_broadcast

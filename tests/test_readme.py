@@ -10,7 +10,7 @@ BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
 
 
 def test_readme_has_examples():
-    assert len(BLOCKS) >= 5
+    assert len(BLOCKS) >= 4
 
 
 # The adapters' examples need their optional extras (CI installs them all).
@@ -47,5 +47,12 @@ def test_readme_examples_run(capsys):
 def test_readme_names_the_test_command_ci_runs():
     ci = (README.parent / ".ci" / "run").read_text()
     command = re.search(r'pip install -e "\.\[test\]" && (python -m pytest[^\n#]*)',
+                        README.read_text()).group(1).strip()
+    assert command in ci
+
+
+def test_readme_names_the_docs_build_ci_runs():
+    ci = (README.parent / ".ci" / "run").read_text()
+    command = re.search(r'pip install -e "\.\[docs\]" && (python -m sphinx[^\n#]*)',
                         README.read_text()).group(1).strip()
     assert command in ci

@@ -36,7 +36,7 @@ def test_catches_a_wrong_kernel_derivative(monkeypatch):
             value, partials = self.call.value_and_partials(args)
             return value, tuple(p * 1.01 for p in partials)
 
-    real = cube.prepare
-    monkeypatch.setattr(cube, "prepare", lambda *a, **k: Skewed(real(*a, **k)))
+    real = cube._prepare
+    monkeypatch.setattr(cube, "_prepare", lambda *a, **k: Skewed(real(*a, **k)))
     with pytest.raises(AssertionError):
         check_grads(lambda x: cube(x), np.linspace(0.1, 1.0, 4))

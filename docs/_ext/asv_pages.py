@@ -152,6 +152,12 @@ TABLES = [
 ]
 
 
+def table(name, results=None):
+    """Table ``name`` of :data:`TABLES` as Markdown (the README shows "programs")."""
+    results = results or Results(RESULTS)
+    return next(t for t in TABLES if t.name == name).markdown(results)
+
+
 def writing_fast_table(results):
     """Before, after and speed-up per case, as the performance guide shows it."""
     names = {"geometry_in_kernel": "the distance computed inside the kernel",

@@ -1,6 +1,7 @@
-"""``grad``, ``value_and_grad``, ``vjp`` and ``stop_gradient``: tracing a function on
-boxed arguments, then running the tape backward.  Every call runs the function: the
-answer is what running it gives, whatever state it reads."""
+"""``grad``, ``value_and_grad``, ``vjp``, ``jvp`` and ``stop_gradient``: tracing a
+function on boxed arguments, then running the tape backward (or, for ``jvp``, carrying
+tangents forward).  Every call runs the function: the answer is what running it gives,
+whatever state it reads."""
 from __future__ import annotations
 
 import functools
@@ -13,7 +14,7 @@ from .box import Box, as_kind, kind_of
 from .pytree import describe, flatten, flatten_like, unflatten
 from .forward import ForwardTape
 from .tape import Traced, backward
-from .trace import (ArgumentPositions, gradients, name_of, start_tracing,
+from .trace import (ArgumentPositions, gradients, name_of, require_callable, start_tracing,
                     stop_tracing, trace_arguments, trace_value, value_and_gradient)
 
 Argnums = Union[int, Sequence[int]]
@@ -28,16 +29,100 @@ class GradientFunction(NamedTuple):
 
 
 def grad(f: Callable, argnums: Argnums = 0, *, out: Any = None) -> Callable:
-    """The gradient of a scalar function ``f`` with respect to the ``argnums``
-    arguments, like ``jax.grad``.  Each gradient has its argument's structure (nested
-    tuples, lists, dicts), shapes and dtypes; ``argnums`` a tuple gives a tuple.
-    ``out``: see :func:`value_and_grad`.  ``dualbcast.jit`` of the result records and
-    replays it.
+    """Return a function that computes the gradient of the scalar function ``f``.
 
+    Like ``jax.grad``: ``grad(f)(*args)`` is the gradient of ``f(*args)`` with
+    respect to the arguments named by ``argnums``, from one forward pass, which runs ``f``
+    on traced arguments, and one backward pass.  Every call runs ``f``: the gradient is
+    what running ``f`` gives, whatever it reads (globals, attributes, dicts, random
+    generators).
+
+    Parameters
+    ----------
+    f : callable
+        The function to differentiate, written in plain NumPy: operators, ``np.*``
+        functions, array methods, indexing, Python control flow, and kernels made by
+        :func:`dualbcast.fast_broadcast`.  It must return a real scalar (a float, a
+        NumPy scalar or a 0-d array).
+    argnums : int or tuple of int, optional
+        The positional arguments to differentiate (default 0, the first; negative
+        counts from the end).  Each must be a float scalar, a float array, or a nested
+        tuple, list or dict of them.  A tuple gives a tuple of gradients.
+    out : array_like or tuple, optional
+        Arrays every call writes the gradient into and returns, instead of new ones;
+        see :func:`value_and_grad`.
+
+    Returns
+    -------
+    callable
+        A function called as ``f`` is, returning the gradient: for each differentiated
+        argument, an object of the argument's structure, shapes and dtypes (a float
+        for a float, a float32 array for a float32 array); a tuple of them when
+        ``argnums`` is a tuple.  Arguments not in ``argnums``, and keyword arguments, are
+        passed to ``f`` untouched and never traced.  ``dualbcast.jit`` of it records
+        the program and replays it.
+
+    Raises
+    ------
+    TypeError
+        At once, if ``argnums`` is not an int or a tuple of ints.  When called: if a
+        differentiated argument holds an integer, bool, complex or other non-float
+        value; if ``f`` returns anything but a real scalar (for an array the message
+        says: sum it, or use :func:`vjp`); if ``f`` writes into a traced array
+        (``x[i] = v``, ``x += v``) or turns a traced value into a plain one
+        (``float(x)``, ``np.asarray(x)``; :func:`stop_gradient` is the way to mean a
+        constant); if ``out`` is given inside another transform.
+    ValueError
+        At once, if ``argnums`` repeats an argument; when called, if it names an
+        argument the call does not have, or if ``out`` does not fit the gradient.
+    NotImplementedError
+        If ``f`` applies a NumPy function that has no gradient rule to a traced value
+        (the message names it).
+
+    See Also
+    --------
+    value_and_grad : The value and the gradient from one call.
+    vjp : The pullback of a function with any output.
+    jvp : Forward mode; ``jvp(grad(f), ...)`` gives Hessian-vector products.
+    hessian : The matrix of second derivatives.
+    jit : Record the gradient's program once and replay it.
+
+    Notes
+    -----
+    Where a function is not differentiable, the gradient follows these conventions:
+
+    - ``np.sqrt`` and ``np.log`` at 0: ``+inf`` (as JAX and PyTorch);
+    - ``abs`` and ``np.abs`` at 0: 0 (as PyTorch);
+    - ``np.maximum``, ``np.minimum``, ``np.max``, ``np.min`` (and ``max``/``min``
+      inside a kernel) at a tie: half to each side (as JAX).  Python's own
+      ``max``/``min`` on traced values pick one side, as Python does;
+    - ``x ** n`` for an integer ``n >= 1`` at 0: ``n * 0 ** (n - 1)``, never 0/0;
+    - a zero cotangent meeting an infinite local derivative gives 0, not nan.
+
+    Examples
+    --------
     >>> import numpy as np, dualbcast as db
     >>> db.grad(lambda x: np.sum(x ** 2))(np.array([1.0, 2.0]))
     array([2., 4.])
+
+    A gradient has its argument's structure; ``argnums`` picks the arguments:
+
+    >>> def loss(params, x):
+    ...     return np.sum((params["w"] * x + params["b"]) ** 2)
+    >>> db.grad(loss)({"w": 2.0, "b": 1.0}, np.array([1.0, 2.0]))
+    {'w': 26.0, 'b': 16.0}
+    >>> db.grad(lambda x, y: x * y, argnums=(0, 1))(2.0, 3.0)
+    (3.0, 2.0)
+
+    The function must return a scalar:
+
+    >>> db.grad(lambda x: x ** 2)(np.array([1.0, 2.0]))
+    Traceback (most recent call last):
+        ...
+    TypeError: grad requires <lambda> to return a scalar; it returned an array of
+    shape (2,) (sum it, or use vjp)
     """
+    require_callable(f, "grad")
     value_and_grad_f = value_and_grad(f, argnums, out=out)
 
     @functools.wraps(f)
@@ -47,29 +132,89 @@ def grad(f: Callable, argnums: Argnums = 0, *, out: Any = None) -> Callable:
 
 
 def value_and_grad(f: Callable, argnums: Argnums = 0, *, out: Any = None) -> Callable:
-    """``f(*args)`` and its gradient with respect to the ``argnums`` arguments, from
-    one forward and one backward pass.  Arguments not in ``argnums`` (and keyword
-    arguments) are passed through untouched and never traced.
+    """Return a function that computes ``f(*args)`` and its gradient together.
 
-    Every call runs ``f``: the value and the gradient are what running ``f`` gives,
-    whatever it reads (globals, attributes, dicts, random generators).
-    ``dualbcast.jit(value_and_grad(f))`` records ``f``'s operations and replays them
-    instead, when ``f`` computes from its arguments alone.
+    One forward pass, which runs ``f`` on traced arguments and gives the value, and one
+    backward pass, which gives the gradient with respect to the arguments named by
+    ``argnums``, as :func:`grad` computes it.  Every call runs ``f``: the value and the
+    gradient are what running ``f`` gives, whatever it reads (globals, attributes,
+    dicts, random generators).  ``dualbcast.jit(value_and_grad(f))`` records ``f``'s
+    operations and replays them instead, when ``f`` computes from its arguments alone.
 
-    ``out``: arrays every call writes the gradient into and returns, instead of new
-    ones: the gradient's structure with an array (its shape and dtype) or None
-    (allocate as usual) for each leaf.  The same arrays are returned on every call, so
-    a caller that keeps a gradient across calls (an optimiser's previous step) must
-    copy it.  A gradient computed whole by a kernel's ``k.sum`` rule is written there
-    directly: a repeated call allocates nothing of the gradient's size.  ``out`` is
-    refused (``TypeError``) inside another transform (``grad``, ``jvp``, ``jacobian``,
-    ``hessian``, a staging ``dualbcast.jit``): the gradient is traced there, and an
-    array cannot hold it.
+    Parameters
+    ----------
+    f : callable
+        The function to differentiate, written in plain NumPy (see :func:`grad`).  It
+        must return a real scalar (a float, a NumPy scalar or a 0-d array).
+    argnums : int or tuple of int, optional
+        The positional arguments to differentiate (default 0, the first; negative
+        counts from the end).  Each must be a float scalar, a float array, or a nested
+        tuple, list or dict of them.  A tuple gives a tuple of gradients.
+    out : array_like or tuple, optional
+        Arrays every call writes the gradient into and returns, instead of new ones:
+        the gradient's structure with, for each leaf, a writeable NumPy array of the
+        leaf's shape and dtype, or None (allocate as usual).  The same arrays are
+        returned on every call, so a caller that keeps a gradient across calls (an
+        optimiser's previous step) must copy it.  A gradient computed whole by a
+        kernel's ``k.sum`` rule is written there directly: a repeated call allocates
+        nothing of the gradient's size.  Only an array argument has an out array: give
+        None for a float scalar (a Python or NumPy float) or a Dask array.
 
+    Returns
+    -------
+    callable
+        A function called as ``f`` is, returning ``(value, gradient)``: the value ``f``
+        returned, and the gradient as :func:`grad` gives it (for each differentiated
+        argument, its structure, shapes and dtypes; a tuple of them when ``argnums`` is
+        a tuple).  Arguments not in ``argnums``, and keyword arguments, are passed to
+        ``f`` untouched and never traced.
+
+    Raises
+    ------
+    TypeError
+        At once, if ``argnums`` is not an int or a tuple of ints.  When called: if a
+        differentiated argument holds an integer, bool, complex or other non-float
+        value; if ``f`` returns anything but a real scalar; if ``f`` writes into a traced
+        array or turns a traced value into a plain one (see :func:`grad`); if ``out`` is
+        given inside another transform (``grad``, ``jvp``, ``jacobian``, ``hessian``,
+        a staging ``dualbcast.jit``): the gradient is traced there, and an array
+        cannot hold it.
+    ValueError
+        At once, if ``argnums`` repeats an argument.  When called: if it names an
+        argument the call does not have; if ``out`` does not have the gradient's
+        structure, or one of its arrays has another shape or dtype than its argument,
+        is read-only, or overlaps an argument.
+    NotImplementedError
+        If ``f`` applies a NumPy function that has no gradient rule to a traced value
+        (the message names it).
+
+    See Also
+    --------
+    grad : The gradient alone.
+    vjp : The value and a pullback, for a function with any output.
+    jit : Record the program once and replay it.
+
+    Examples
+    --------
     >>> import numpy as np, dualbcast as db
     >>> db.value_and_grad(lambda x, a: a * np.sum(x), argnums=(0, 1))(np.ones(2), 3.0)
     (np.float64(6.0), (array([3., 3.]), 2.0))
+
+    With ``out``, every call writes the gradient into the same array:
+
+    >>> g = np.zeros(2)
+    >>> step = db.value_and_grad(lambda x: np.sum(x ** 2), out=g)
+    >>> value, gradient = step(np.array([1.0, 2.0]))
+    >>> value, gradient is g, g
+    (np.float64(5.0), True, array([2., 4.]))
+    >>> step(np.array([1.0, 2.0, 3.0]))
+    Traceback (most recent call last):
+        ...
+    ValueError: value_and_grad: each out leaf must be a writeable array of its
+    argument's shape and dtype ((3,), float64), or None; got a ndarray of shape (2,)
+    and dtype float64
     """
+    require_callable(f, "value_and_grad")
     positions_for = ArgumentPositions(argnums, f)      # argnums checked now
     single = positions_for.single
 
@@ -87,17 +232,78 @@ def _marked(function: Callable, spec: GradientFunction) -> Callable:
 
 
 def vjp(f: Callable, *primals: Any) -> tuple[Any, Callable]:
-    """``(f(*primals), pullback)``: ``pullback(cotangent)`` returns one cotangent per
-    primal (a tuple), each with its primal's structure, shapes and dtypes.  ``f`` may
-    return any nested structure of arrays; ``cotangent`` must have the same structure
-    and shapes.  The pullback may be called many times, and differentiated (``grad``,
-    ``jvp``, ``jacobian``) with respect to its cotangent and, inside a transform that
-    traces them, the primals.
+    """Run ``f`` at ``primals`` and return its output with a pullback (reverse mode).
 
+    ``vjp(f, *primals)`` is ``(f(*primals), pullback)``, like ``jax.vjp``:
+    ``pullback(cotangent)`` is the vector-Jacobian product, the cotangent of each
+    primal, from one backward pass over the trace of ``f``.  ``f`` may return any nested
+    structure of arrays and floats; for a scalar output, ``pullback(1.0)`` is the
+    gradient.
+
+    Parameters
+    ----------
+    f : callable
+        The function to differentiate, written in plain NumPy (see :func:`grad`).
+    *primals : float, array_like or nested tuple, list or dict of them
+        The arguments of ``f``, every one differentiated: float scalars and float
+        arrays, alone or in nested tuples, lists and dicts.
+
+    Returns
+    -------
+    out : object
+        What ``f`` returned; its arrays are read-only (the pullback relies on them).
+    pullback : callable
+        ``pullback(cotangent)``, where ``cotangent`` has the structure and shapes of
+        ``out`` (converted to each output's dtype), returns a tuple with one cotangent
+        per primal, each with its primal's structure, shapes and dtypes.  It may be
+        called many times, and differentiated (:func:`grad`, :func:`jvp`,
+        :func:`jacobian`) with respect to its cotangent and, inside a transform that
+        traces them, the primals.
+
+    Raises
+    ------
+    TypeError
+        If a primal holds an integer, bool, complex or other non-float value; if ``f``
+        writes into a traced array or turns a traced value into a plain one (see
+        :func:`grad`).  The pullback raises it for a complex cotangent.
+    ValueError
+        Raised by the pullback for a cotangent whose structure or shapes differ from
+        ``out``'s.
+    NotImplementedError
+        If ``f`` applies a NumPy function that has no gradient rule to a traced value
+        (the message names it).
+
+    See Also
+    --------
+    grad : The gradient of a scalar function.
+    jvp : Forward mode: a directional derivative.
+    jacrev : The whole Jacobian, by pullbacks of every unit cotangent at once.
+
+    Notes
+    -----
+    ``vjp`` copies the primal arrays: the pullback sees them as they were at the call,
+    even when the caller has since changed them in place (an optimiser step).
+
+    Examples
+    --------
     >>> import numpy as np, dualbcast as db
     >>> y, pullback = db.vjp(np.sin, np.array([0.0, 1.0]))
     >>> pullback(np.array([1.0, 2.0]))[0].round(4)
     array([1.    , 1.0806])
+
+    Several primals give a tuple; structured outputs take cotangents of their
+    structure:
+
+    >>> out, pullback = db.vjp(lambda x, y: {"product": x * y, "sum": x + y}, 2.0, 3.0)
+    >>> out
+    {'product': 6.0, 'sum': 5.0}
+    >>> pullback({"product": 1.0, "sum": 0.0})
+    (3.0, 2.0)
+    >>> pullback(1.0)
+    Traceback (most recent call last):
+        ...
+    ValueError: vjp pullback: the cotangent has structure * but <lambda> returned
+    {'product': *, 'sum': *}
     """
     tape = start_tracing(single_use=False)
     try:
@@ -147,23 +353,76 @@ def _seed(ct, value):
 
 
 def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
-    """``(f(*primals), tangent_out)``, the directional derivative of ``f`` at
-    ``primals`` along ``tangents``, by forward mode (like ``jax.jvp``): one pass that
-    carries each value's tangent beside it, through operators, NumPy functions and
-    kernels (a kernel's tangent comes out of its dual-number loop with its value).
-    ``primals`` and ``tangents`` are tuples with one entry per argument of ``f``, a
-    tangent of its primal's structure, shapes and dtypes; ``f`` may return any nested
-    structure of arrays and floats, and ``tangent_out`` has that structure.
+    """Evaluate ``f`` at ``primals`` and its directional derivative along ``tangents``.
 
-    ``jvp(grad(f), (x,), (v,))[1]`` is the Hessian-vector product of ``f`` at ``x``
-    along ``v`` (forward over reverse).  Every call runs ``f``.
+    Forward mode, like ``jax.jvp``: one pass that carries each value's tangent beside
+    it, through operators, NumPy functions and kernels (a kernel's tangent comes out
+    of its dual-number loop with its value).  Every call runs ``f``.
 
+    Parameters
+    ----------
+    f : callable
+        The function to differentiate, written in plain NumPy (see :func:`grad`).  It
+        may return any nested structure of arrays and floats.
+    primals : tuple or list
+        The arguments of ``f``, one entry per positional argument: float scalars, float
+        arrays, or nested tuples, lists and dicts of them.
+    tangents : tuple or list
+        One tangent per primal, of its primal's structure and shapes (converted to its
+        primal's float dtype).
+
+    Returns
+    -------
+    primals_out : object
+        What ``f`` returned.
+    tangents_out : object
+        The derivative of ``f`` at ``primals`` along ``tangents``, of the structure,
+        shapes and dtypes of ``primals_out`` (zeros for an output that does not depend on
+        the primals).
+
+    Raises
+    ------
+    TypeError
+        If ``primals`` or ``tangents`` is not a tuple or a list; if a tangent is complex;
+        if a primal holds an integer, bool, complex or other non-float value; if a
+        primal, a tangent or an output is a Dask array (compute it first).
+    ValueError
+        If ``primals`` and ``tangents`` have different lengths, or a tangent's structure
+        or shape differs from its primal's.
+    NotImplementedError
+        If ``f`` applies a NumPy function that has no rule to a traced value (the
+        message names it).
+
+    See Also
+    --------
+    vjp : Reverse mode.
+    jacfwd : The whole Jacobian, by tangents along every input element at once.
+    hessian : The matrix of second derivatives.
+
+    Notes
+    -----
+    ``jvp(grad(f), (x,), (v,))[1]`` is the Hessian-vector product of ``f`` at ``x`` along
+    ``v`` (forward over reverse: one forward-mode run of ``f`` and of its backward
+    pass).
+
+    Examples
+    --------
     >>> import numpy as np, dualbcast as db
     >>> db.jvp(np.sin, (np.array([0.0, 1.0]),), (np.array([1.0, 2.0]),))[1].round(4)
     array([1.    , 1.0806])
     >>> x, v = np.array([1.0, 2.0]), np.array([1.0, 0.0])
     >>> db.jvp(db.grad(lambda x: np.sum(x ** 3)), (x,), (v,))[1]     # Hessian times v
     array([6., 0.])
+    >>> db.jvp(lambda x, y: (x * y, x + y), (2.0, 3.0), (1.0, 0.0))
+    ((6.0, 5.0), (3.0, 1.0))
+
+    ``primals`` and ``tangents`` are tuples, one entry per argument:
+
+    >>> db.jvp(np.sin, np.array([0.0, 1.0]), np.array([1.0, 2.0]))
+    Traceback (most recent call last):
+        ...
+    TypeError: jvp: primals and tangents must be tuples (one entry per argument of
+    sin), got ndarray and ndarray
     """
     if type(primals) not in (tuple, list) or type(tangents) not in (tuple, list):
         raise TypeError(f"jvp: primals and tangents must be tuples (one entry per argument "
@@ -274,8 +533,43 @@ def _read_only(value):
 
 
 def stop_gradient(x: Any) -> Any:
-    """``x`` as a constant: its value (read-only for arrays), no gradient flows back.
-    Works on nested structures; outside a traced function it returns ``x`` unchanged."""
+    """Treat ``x`` as a constant: no derivative flows through it.
+
+    Inside a function being differentiated, the result has ``x``'s value and no
+    gradient or tangent flows back to ``x`` through it (like ``jax.lax.stop_gradient``).
+    Outside any transform it returns ``x`` unchanged.
+
+    Parameters
+    ----------
+    x : float, array_like or nested tuple, list or dict of them
+        The value to hold constant.
+
+    Returns
+    -------
+    object
+        ``x``'s structure with each traced leaf replaced by its value, as a plain
+        float, NumPy scalar or read-only array; leaves that are not traced are
+        returned as they are.
+
+    See Also
+    --------
+    grad, jvp, jit
+
+    Notes
+    -----
+    Under :func:`dualbcast.jit`, a gradient function that calls ``stop_gradient``
+    runs eagerly (it is not recorded).
+
+    Examples
+    --------
+    >>> import numpy as np, dualbcast as db
+    >>> db.grad(lambda x: x * x)(3.0)
+    6.0
+    >>> db.grad(lambda x: x * db.stop_gradient(x))(3.0)     # the second factor constant
+    3.0
+    >>> db.stop_gradient({"w": np.array([1.0, 2.0])})       # no trace: unchanged
+    {'w': array([1., 2.])}
+    """
     leaves, tree = flatten(x)
     return unflatten(tree, [_constant(leaf) for leaf in leaves])
 

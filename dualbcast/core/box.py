@@ -521,6 +521,10 @@ def _logical(ufunc):
 
 def _in_place(name):
     def method(self, other):
+        if not isinstance(self.value, np.ndarray):
+            # A float or NumPy scalar is immutable: x += y rebinds x to x + y (Python
+            # falls back to the binary operator), as it would untraced.
+            return NotImplemented
         raise TypeError(f"in-place {name} on a traced array: traced values are immutable "
                         f"(a write would change a value the gradient depends on); write "
                         f"x = x {name[:-1]} y instead")

@@ -9,30 +9,77 @@ import numpy as np
 from .batching import Batched, BatchTrace
 from .pytree import describe, flatten, unflatten
 from .stack import enter_trace, exit_trace
-from .trace import name_of
+from .trace import name_of, require_callable
 
 
 def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, *,
          axis_size: int | None = None) -> Callable:
-    """``f`` mapped over an axis of its arguments, like ``jax.vmap``: ``vmap(f)(xs)``
-    is ``np.stack([f(x) for x in xs])``, computed in one pass over the batch.
+    """Return ``f`` mapped over an axis of its arguments, computed in one pass.
 
-    ``in_axes``: for each positional argument, the axis to map over (an int, negative
-    counting from the end) or None (the same value for every example); an int or None
-    for all arguments, or a tuple with one entry per argument, each entry an int, None
-    or a tuple/list/dict of them matching the argument's structure (a prefix: an entry
-    applies to everything below it).  Keyword arguments are mapped over their leading
-    axis, as in JAX.  ``out_axes``: where the batch axis goes in each output, the same
-    way (None: an output that is the same for every example, which raises if it is
-    not).  ``axis_size``: the batch size, needed when no argument is mapped.
+    Like ``jax.vmap``: ``vmap(f)(xs)`` is ``np.stack([f(x) for x in xs])``, but each
+    NumPy operation and kernel call runs once over the whole batch (a kernel's loop
+    broadcast over it).
 
-    Each NumPy operation and kernel call runs once over the whole batch (a kernel's
-    loop broadcast over it).  It composes with ``grad``, ``jvp``, ``hessian``,
-    ``jit`` and itself both ways: ``vmap(grad(loss), in_axes=(None, 0, 0))(w, X, y)``
-    gives the gradient of each example's loss.  A branch on a batched value
-    (``if x > 0``) raises (use ``np.where``), and so does an operation without a
-    batching rule, naming it.
+    Parameters
+    ----------
+    f : callable
+        A function written for one example, in plain NumPy (see
+        :func:`dualbcast.grad`).  It may return any nested structure of arrays and
+        floats.
+    in_axes : int, None or tuple, optional
+        For each positional argument, the axis to map over (an int, negative counting
+        from the end) or None (the same value for every example).  An int or None
+        applies to all arguments (default 0: every argument's leading axis); a tuple
+        (or list) has one entry per positional argument, each an int, None, or a
+        tuple, list or dict of them matching the argument's structure (a prefix: an
+        entry applies to everything below it).  Keyword arguments are mapped over
+        their leading axis, as in JAX.
+    out_axes : int, None or tuple, optional
+        Where the batch axis goes in each output, given the same way (default 0).
+        None is for an output that is the same for every example.
+    axis_size : int, optional
+        The batch size: needed when no argument is mapped, checked against the
+        mapped axes otherwise.
 
+    Returns
+    -------
+    callable
+        A function called as ``f`` is, with the mapped arguments carrying the batch
+        axis, returning ``f``'s outputs stacked along ``out_axes``.
+
+    Raises
+    ------
+    TypeError
+        At once, if an entry of ``in_axes`` or ``out_axes`` is not an int or None (or a
+        tuple, list or dict of them), or ``axis_size`` is not a non-negative int.  When
+        called: if ``f`` branches on a batched value (``if x > 0``, ``bool(x)``: use
+        ``np.where``).
+    ValueError
+        When called: if a tuple ``in_axes`` has another length than the call's
+        positional arguments, or an entry does not match its argument's structure;
+        if an axis is out of range, or a scalar is mapped; if the mapped axes have
+        different sizes (or differ from ``axis_size``); if nothing is mapped and
+        ``axis_size`` is not given; if ``out_axes`` is None for an output that differs
+        between examples.
+    NotImplementedError
+        If ``f`` applies an operation that has no batching rule to a batched value (the
+        message names it).
+
+    See Also
+    --------
+    jacobian : Built on ``vmap``: every row or column of a Jacobian in one batch.
+    dualbcast.grad
+
+    Notes
+    -----
+    ``vmap`` composes with :func:`~dualbcast.grad`, :func:`~dualbcast.jvp`,
+    :func:`~dualbcast.hessian`, :func:`~dualbcast.jit` and itself both ways:
+    ``vmap(grad(loss), in_axes=(None, 0, 0))(w, X, y)`` gives the gradient of each
+    example's loss, and ``grad`` of a function that calls a ``vmap``-ed one
+    differentiates through the batch.
+
+    Examples
+    --------
     >>> import numpy as np, dualbcast as db
     >>> db.vmap(lambda x, w: np.sum(x * w), in_axes=(0, None))(np.ones((3, 2)),
     ...                                                      np.array([1.0, 2.0]))
@@ -41,7 +88,24 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, *,
     ...     np.array([1.0, 1.0]), np.array([[1.0, 0.0], [1.0, 1.0]]))
     array([[2., 0.],
            [4., 4.]])
+
+    ``out_axes`` places the batch axis; None marks an output shared by every example:
+
+    >>> db.vmap(lambda x, w: (x * w, w * 2), in_axes=(0, None), out_axes=(1, None))(
+    ...     np.ones((3, 2)), np.array([1.0, 2.0]))
+    (array([[1., 1., 1.],
+           [2., 2., 2.]]), array([2., 4.]))
+
+    A branch on a batched value cannot take one side for the whole batch:
+
+    >>> db.vmap(lambda x: x if x > 0 else -x)(np.array([1.0, -1.0]))
+    Traceback (most recent call last):
+        ...
+    TypeError: bool() (an if or while on the value, and/or/not) of a value batched by
+    vmap: it holds one value per example, and the function is written for one; use
+    np.where for a choice per example, or compute it outside vmap
     """
+    require_callable(f, "vmap")
     if type(in_axes) is list:
         in_axes = tuple(in_axes)        # (an entry per argument, as a tuple is)
     _check_spec(in_axes, "in_axes")

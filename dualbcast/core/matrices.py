@@ -1,5 +1,5 @@
 """Whole derivative matrices -- ``jacobian``, ``jacfwd``, ``jacrev``, ``hessian`` --
-each as one batched pass (:func:`.vmap.vmap`).
+each as one batched pass (:func:`.mapped.vmap`).
 
 A row of a Jacobian is a pullback of one output's unit cotangent, a column a
 directional derivative along one input's unit tangent.  ``jacrev`` traces ``f`` once
@@ -19,28 +19,90 @@ import numpy as np
 from ..foreign import is_dask_array
 from .api import grad, jvp, vjp
 from .tape import Traced
-from .trace import ArgumentPositions, name_of
+from .trace import ArgumentPositions, name_of, require_callable
 from .mapped import vmap
 
 Argnums = Union[int, Sequence[int]]
 
 
 def jacobian(f: Callable, argnums: Argnums = 0, *, mode: str = "auto") -> Callable:
-    """The Jacobian of ``f`` with respect to the ``argnums`` arguments (float scalars
-    or float arrays; ``f`` returns a float array or scalar): an array of shape
-    ``out.shape + x.shape``, a tuple of them for a tuple ``argnums`` (like
-    ``jax.jacobian``).
+    """Return a function that computes the Jacobian of ``f``.
 
-    ``mode``: "reverse" (:func:`jacrev`: one trace of ``f``, then one backward pass
-    over the batch of all rows), "forward" (:func:`jacfwd`: one forward-mode run of
-    ``f`` over the batch of all columns); "auto" (the default) takes rows unless ``f``
-    has more outputs than inputs.
+    Like ``jax.jacobian``: ``jacobian(f)(x)`` is the matrix of the derivatives of
+    every element of ``f(x)`` with respect to every element of ``x``, an array of shape
+    ``out.shape + x.shape``, computed in one batched pass.
 
+    Parameters
+    ----------
+    f : callable
+        The function to differentiate, written in plain NumPy (see
+        :func:`dualbcast.grad`).  It must return a float array or a float scalar.
+    argnums : int or tuple of int, optional
+        The positional arguments to differentiate (default 0, the first; negative
+        counts from the end), each a float scalar or a float array (not a nested
+        structure).  A tuple gives a tuple of Jacobians.
+    mode : {"auto", "reverse", "forward"}, optional
+        "reverse" (:func:`jacrev`): one trace of ``f``, then one backward pass over the
+        batch of all rows; "forward" (:func:`jacfwd`): one forward-mode run of ``f``
+        over the batch of all columns; "auto" (the default) takes rows unless ``f`` has
+        more outputs than inputs.
+
+    Returns
+    -------
+    callable
+        A function of ``f``'s positional arguments (it takes no keyword arguments)
+        returning the Jacobian, an array of shape ``out.shape + x.shape`` (0-d for a
+        scalar output of a scalar argument); a tuple of them, one per argument, when
+        ``argnums`` is a tuple.  Its dtype is the argument's when it is computed by
+        rows, the output's when by columns, as in JAX (they differ only when ``f``
+        changes precision, float32 in and float64 out).
+
+    Raises
+    ------
+    TypeError
+        At once, if ``argnums`` is not an int or a tuple of ints.  When called: if a
+        differentiated argument is not a float scalar or a float array (an integer
+        array, a list, a dict); if ``f`` returns anything but a float array or a float
+        scalar (a tuple, an integer array); if ``f`` builds a plain array from traced
+        values (``np.array([x, y])``: use ``np.stack``).
+    ValueError
+        At once, if ``mode`` is not one of the three, or if ``argnums`` is empty or
+        repeats an argument.  When called, if ``argnums`` names an argument the call
+        does not have.
+    NotImplementedError
+        If ``f`` applies a NumPy function that has no rule to a traced value (the
+        message names it).
+
+    See Also
+    --------
+    jacfwd, jacrev, hessian
+    dualbcast.vjp : One row (a vector-Jacobian product) at a time.
+    dualbcast.jvp : One column (a Jacobian-vector product) at a time.
+
+    Notes
+    -----
+    A row of a Jacobian is a pullback of one output's unit cotangent, a column a
+    directional derivative along one input's unit tangent; both modes compute every
+    row (or column) at once, as one batch (:func:`dualbcast.vmap`).
+
+    Examples
+    --------
     >>> import numpy as np, dualbcast as db
     >>> db.jacobian(lambda x: x[:2] * x[1:])(np.array([1.0, 2.0, 3.0]))
     array([[2., 1., 0.],
            [0., 3., 2.]])
+    >>> jx, jy = db.jacobian(lambda x, y: x * y, argnums=(0, 1))(np.array([1.0, 2.0]),
+    ...                                                          np.array([3.0, 4.0]))
+    >>> jy
+    array([[1., 0.],
+           [0., 2.]])
+    >>> db.jacobian(lambda x: x ** 2)(np.arange(3))
+    Traceback (most recent call last):
+        ...
+    TypeError: jacobian/hessian: argument 0 must be a float scalar or a float array,
+    not ndarray of dtype int64
     """
+    require_callable(f, "jacobian")
     if mode not in ("auto", "forward", "reverse"):
         raise ValueError(f"jacobian: mode must be 'auto', 'forward' or 'reverse', not "
                          f"{mode!r}")
@@ -63,46 +125,166 @@ def jacobian(f: Callable, argnums: Argnums = 0, *, mode: str = "auto") -> Callab
 
 
 def jacfwd(f: Callable, argnums: Argnums = 0) -> Callable:
-    """The Jacobian of ``f`` by forward mode (like ``jax.jacfwd``): ``f`` runs once,
-    each value carrying its tangents along every input element at once (a batch of
-    unit tangents, :func:`dualbcast.vmap` of :func:`dualbcast.jvp`); best when ``f``
-    has more outputs than inputs.  Shapes as :func:`jacobian`'s.
+    """Return a function that computes the Jacobian of ``f`` by forward mode.
 
+    Like ``jax.jacfwd``: ``f`` runs once, each value carrying its tangents along every
+    input element at once (a batch of unit tangents, :func:`dualbcast.vmap` of
+    :func:`dualbcast.jvp`); best when ``f`` has more outputs than inputs.  It is
+    ``jacobian(f, argnums, mode="forward")``.
+
+    Parameters
+    ----------
+    f : callable
+        The function to differentiate; it must return a float array or a float
+        scalar.
+    argnums : int or tuple of int, optional
+        The positional arguments to differentiate (default 0), each a float scalar or
+        a float array.  A tuple gives a tuple of Jacobians.
+
+    Returns
+    -------
+    callable
+        A function of ``f``'s positional arguments returning the Jacobian, of shape
+        ``out.shape + x.shape``, as :func:`jacobian`'s.
+
+    Raises
+    ------
+    TypeError
+        If ``argnums`` is not an int or a tuple of ints, a differentiated argument is
+        not a float scalar or a float array, or ``f`` returns anything but a float
+        array or scalar (see :func:`jacobian`).
+    ValueError
+        If ``argnums`` is empty, repeats an argument, or names one the call does not
+        have.
+
+    See Also
+    --------
+    jacobian, jacrev, dualbcast.jvp
+
+    Examples
+    --------
     >>> import numpy as np, dualbcast as db
     >>> db.jacfwd(lambda x: np.sin(x) * x[0])(np.array([1.0, 2.0]))
     array([[ 1.38177329,  0.        ],
            [ 0.90929743, -0.41614684]])
     """
+    require_callable(f, "jacfwd")
     return jacobian(f, argnums, mode="forward")
 
 
 def jacrev(f: Callable, argnums: Argnums = 0) -> Callable:
-    """The Jacobian of ``f`` by reverse mode (like ``jax.jacrev``): ``f`` is traced
-    once, and its backward pass runs once over the batch of every output's unit
-    cotangent (:func:`dualbcast.vmap` of a :func:`dualbcast.vjp` pullback); best when
-    ``f`` has fewer outputs than inputs.  Shapes as :func:`jacobian`'s.
+    """Return a function that computes the Jacobian of ``f`` by reverse mode.
 
+    Like ``jax.jacrev``: ``f`` is traced once, and its backward pass runs once over the
+    batch of every output's unit cotangent (:func:`dualbcast.vmap` of a
+    :func:`dualbcast.vjp` pullback); best when ``f`` has fewer outputs than inputs.  It
+    is ``jacobian(f, argnums, mode="reverse")``.
+
+    Parameters
+    ----------
+    f : callable
+        The function to differentiate; it must return a float array or a float
+        scalar.
+    argnums : int or tuple of int, optional
+        The positional arguments to differentiate (default 0), each a float scalar or
+        a float array.  A tuple gives a tuple of Jacobians.
+
+    Returns
+    -------
+    callable
+        A function of ``f``'s positional arguments returning the Jacobian, of shape
+        ``out.shape + x.shape``, as :func:`jacobian`'s.
+
+    Raises
+    ------
+    TypeError
+        If ``argnums`` is not an int or a tuple of ints, a differentiated argument is
+        not a float scalar or a float array, or ``f`` returns anything but a float
+        array or scalar (see :func:`jacobian`).
+    ValueError
+        If ``argnums`` is empty, repeats an argument, or names one the call does not
+        have.
+
+    See Also
+    --------
+    jacobian, jacfwd, dualbcast.vjp
+
+    Examples
+    --------
     >>> import numpy as np, dualbcast as db
     >>> db.jacrev(lambda x: np.sum(x ** 2) * x[:1])(np.array([1.0, 2.0]))
     array([[7., 4.]])
     """
+    require_callable(f, "jacrev")
     return jacobian(f, argnums, mode="reverse")
 
 
 def hessian(f: Callable, argnums: Argnums = 0) -> Callable:
-    """The Hessian of the scalar function ``f`` with respect to the ``argnums``
-    arguments: an array of shape ``x.shape + x.shape`` (for a tuple ``argnums``, a
-    tuple of tuples of blocks, like ``jax.hessian``).
+    """Return a function that computes the Hessian of the scalar function ``f``.
 
-    Forward over reverse, in one pass: the gradient of ``f`` runs once in forward
-    mode with every unit tangent at once (a batch), so each value carries a batch of
+    Like ``jax.hessian``: ``hessian(f)(x)`` is the matrix of the second derivatives
+    of ``f(x)`` with respect to ``x``, an array of shape ``x.shape + x.shape``.
+
+    Parameters
+    ----------
+    f : callable
+        The function to differentiate, written in plain NumPy (see
+        :func:`dualbcast.grad`).  It must return a real scalar.
+    argnums : int or tuple of int, optional
+        The positional arguments to differentiate (default 0, the first; negative
+        counts from the end), each a float scalar or a float array (not a nested
+        structure).
+
+    Returns
+    -------
+    callable
+        A function of ``f``'s positional arguments (it takes no keyword arguments)
+        returning the Hessian: an array of shape ``x.shape + x.shape`` (0-d for a
+        scalar argument); for a tuple ``argnums``, a tuple of tuples of blocks, block
+        ``[i][j]`` of shape ``x_i.shape + x_j.shape``.
+
+    Raises
+    ------
+    TypeError
+        At once, if ``argnums`` is not an int or a tuple of ints.  When called: if a
+        differentiated argument is not a float scalar or a float array; if ``f`` does
+        not return a real scalar (the message is :func:`dualbcast.grad`'s).
+    ValueError
+        At once, if ``argnums`` is empty or repeats an argument.  When called, if it
+        names an argument the call does not have.
+    NotImplementedError
+        If ``f`` applies a NumPy function that has no rule to a traced value (the
+        message names it).
+
+    See Also
+    --------
+    jacobian, dualbcast.grad
+    dualbcast.jvp : ``jvp(grad(f), (x,), (v,))[1]`` is one Hessian-vector product.
+
+    Notes
+    -----
+    Forward over reverse, in one pass: the gradient of ``f`` runs once in forward mode
+    with every unit tangent at once (a batch), so each value carries a batch of
     Hessian-vector products; a kernel's come from its second-order loop.
 
+    Examples
+    --------
     >>> import numpy as np, dualbcast as db
     >>> db.hessian(lambda x: x[0] ** 2 * x[1])(np.array([1.0, 3.0]))
     array([[6., 2.],
            [2., 0.]])
+    >>> db.hessian(lambda x: x ** 3)(2.0)
+    array(12.)
+
+    With two arguments, the blocks of each pair:
+
+    >>> h = db.hessian(lambda x, y: np.sum(x ** 2 * y), argnums=(0, 1))
+    >>> (hxx, hxy), (hyx, hyy) = h(np.array([1.0, 2.0]), 3.0)
+    >>> hxx, hxy, hyy
+    (array([[6., 0.],
+           [0., 6.]]), array([2., 4.]), array(0.))
     """
+    require_callable(f, "hessian")
     positions_for = _positions(argnums, f)
     single = positions_for.single
     gradient = grad(f, argnums)

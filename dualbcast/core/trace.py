@@ -31,6 +31,12 @@ def name_of(f):
     return getattr(f, "__name__", repr(f))
 
 
+def require_callable(f, transform):
+    """A transform's function, checked when the transform is made (not at its call)."""
+    if not callable(f):
+        raise TypeError(f"dualbcast.{transform} takes a function, not {f!r}")
+
+
 class ArgumentPositions:
     """``argnums`` of a function ``f``, checked once, resolved per number of
     arguments: ``(positions, differentiated, ranks)``, the differentiated positions in

@@ -186,10 +186,10 @@ def write_segment(w, segment):
         w.threaded = max(w.threaded, segment.size)
     source = SegmentSource(segment, n, w.namespace, threaded)
     for kernel in segment.kernels:
-        if kernel.cache_key is None:
+        if kernel._cache_key is None:
             w.cacheable = False
     w.helpers.append((source.source, source.functions()))
-    w.kernel_sources += [kernel.cache_key for kernel in segment.kernels]
+    w.kernel_sources += [kernel._cache_key for kernel in segment.kernels]
     workers = "workers" if threaded else "1"
     arrays = []
     for kind, item in source.array_params:

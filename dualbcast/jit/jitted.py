@@ -20,74 +20,108 @@ from .staged import StagedPrograms
 
 
 def jit(fn: Callable) -> Callable:
-    """Record the program of ``fn`` and replay it: the result is called as ``fn`` is,
-    and gives what ``fn`` gives.  The contract is ``jax.jit``'s: ``fn`` computes from
-    its arguments.
+    """Record the program of ``fn`` once per signature, and replay it on later calls.
 
-    **Arguments are inputs.**  Float and integer arrays and floats, alone or in tuples,
-    lists and dicts, differentiated or not, are the program's inputs, keyed by their
-    structure, shapes, dtypes and strides, never by value: a call with new values
-    replays, without tracing or compiling again.  Ints, bools, strings and other
-    hashable values are static (keyed by value: they decide shapes and branches); a
-    bool array is a constant, compared by value on every call (a mask decides the
-    shape of what it selects).  Inside ``fn`` an input is a traced value (as under
-    ``jax.jit``: ``isinstance(c, float)`` is False there).  The first call with a
-    signature traces ``fn`` and records its operations; later calls run the records.
+    The result is called as ``fn`` is, and gives what ``fn`` gives.  The contract is
+    ``jax.jit``'s: ``fn`` computes from its arguments.  The first call with a signature
+    traces ``fn`` and records its operations; later calls with that signature run the
+    records instead of ``fn``, checking on every call what could make them differ from
+    a run of ``fn``, and tracing again when anything does.  Programs made of kernel sums
+    and scalar arithmetic (a gradient, a Hessian-vector product) are fused into one
+    compiled Numba function.
 
-    ``fn`` made by :func:`dualbcast.grad` or :func:`dualbcast.value_and_grad` (any
-    ``argnums``, ``out=``) whose only inputs are its differentiated arguments: the
-    trace's records are replayed on the new values, the bits tracing gives.  The
-    second call writes them out as Python code, and the third compiles a program of
-    kernel sums and scalar arithmetic into one Numba function (about a second, once:
-    it is cached on disk beside the kernels' loops), which takes the program's sizes
-    and constants as arguments, so that a program traced for another shape runs the
-    one already compiled.  Numba keeps what it compiles until the process ends, so a
-    jitted function fuses at most 8 different programs; it replays the others as
-    generated Python code, the same bits, and says so once on the ``"dualbcast"``
-    logger.  With other inputs besides (data, index arrays, a temperature), or once a
-    mask computed from traced values (``np.where(x > 0, ...)``) changed between calls
-    (such a program checks it, tracing again whenever a value crosses to the mask's
-    other side), the whole gradient is staged, as below: equal to the eager one to
-    rounding.
+    Parameters
+    ----------
+    fn : callable
+        The function to record: one made by :func:`dualbcast.grad` or
+        :func:`dualbcast.value_and_grad` (any ``argnums``, ``out``), or any other function
+        of arrays and floats (one that calls :func:`dualbcast.jvp`, ``grad``,
+        ``hessian`` or ``jacobian`` inside -- a Hessian-vector product -- or no
+        derivative at all).  A function ``jit`` returned is returned as it is.
 
-    An integer array an operation cannot take as an input (an index into a plain
-    array, ``np.take``'s rule) makes integer arrays constants of that function,
-    compared on every call.
+    Returns
+    -------
+    callable
+        The jitted function, called as ``fn`` is.  Its ``explain()`` method returns a
+        report (a str): per signature, the traces, replays, eager calls, whether the
+        program is fused, and why a call was not replayed.  Called inside a trace
+        (``db.grad(db.jit(f))``), it runs ``fn`` as it is.
 
-    Any other function (one that calls :func:`dualbcast.jvp`, ``grad``, ``hessian``,
-    ``jacobian`` inside -- a Hessian-vector product -- or no derivative at all), and a
-    gradient with other inputs: traced once per signature on a staging trace,
-    recording every operation on its inputs, those of the derivatives computed inside
-    too (their tangents and backward passes; a kernel's loop as one call); later calls
-    run the records as generated Python code.  Values, jvps and Hessian-vector
-    products come out bit for bit as the eager call's; a gradient computed inside
-    runs its backward pass as recorded operations, which may add cotangents in another
-    order than the eager pass: equal to rounding.  Masks computed elementwise from
-    traced values (comparisons, ``np.isnan``, ``np.sign``, ``~``, ``&``, ``|``) are
-    operations of the program, computed again by every replay; a branch on one
-    (``if mask.any()``) is checked, as any ``bool()`` of a traced value is.  A staged
-    replay computes a repeated operation once, leaves out unused views, and runs
-    float64 elementwise operations over 2048 elements or more -- arithmetic, square
-    roots, NaN-safe products, slices and their cotangents, rows gathered by index
-    arrays and their cotangents added back, comparisons and masks, ``np.where`` by a
-    mask, ``np.maximum``/``np.minimum``, ``np.sign``, kernel calls (their values and
-    partials), and
-    ``np.sum`` of their values over all axes, the leading or the trailing ones -- as
-    compiled loops (one per run of operations over one shape, cached on disk), with
-    NumPy's bits (its order of additions included).  A staged program made only of
-    kernel sums and their derivatives' loops, float64 scalar arithmetic and NaN-safe
-    passes over the gradients they give (the Hessian-vector product of
-    ``F(k.sum(x))``) runs from its first replay as one Numba function, as a gradient's
-    program does, with the same bits.  Called inside a
-    trace (``db.grad(db.jit(f))``), ``f`` runs as it is.
+    Raises
+    ------
+    TypeError
+        If ``fn`` is not callable.  The jitted function raises what ``fn`` raises: a
+        replay that meets an error traces again, so the error is ``fn``'s own.
 
-    What a replay checks, it checks on every call, and traces again when anything
+    Warns
+    -----
+    UserWarning
+        Once, when the jitted function ran eagerly on all of its first 10 calls
+        (``jit`` is doing nothing for it); the message says why.
+
+    See Also
+    --------
+    dualbcast.grad, dualbcast.value_and_grad, dualbcast.jvp
+
+    Notes
+    -----
+    **Arguments are inputs.**  Float and integer arrays and floats, alone or in
+    tuples, lists and dicts, differentiated or not, are the program's inputs, keyed by
+    their structure, shapes, dtypes and strides, never by value: a call with new
+    values replays, without tracing or compiling again.  Ints, bools, strings and
+    other hashable values are static (keyed by value: they decide shapes and
+    branches); a bool array is a constant, compared by value on every call (a mask
+    decides the shape of what it selects).  Inside ``fn`` an input is a traced value (as
+    under ``jax.jit``: ``isinstance(c, float)`` is False there).  An integer array an
+    operation cannot take as an input (an index into a plain array, ``np.take``'s
+    rule) makes integer arrays constants of that function, compared on every call.
+
+    **Gradients.**  For ``fn`` made by ``grad`` or ``value_and_grad`` whose only inputs
+    are its differentiated arguments, the trace's records are replayed on the new
+    values, giving the bits tracing gives.  The second call writes them out as Python
+    code, and the third compiles a program of kernel sums and scalar arithmetic into
+    one Numba function (about a second, once: it is cached on disk beside the
+    kernels' loops), which takes the program's sizes and constants as arguments, so
+    that a program traced for another shape runs the one already compiled.  Numba
+    keeps what it compiles until the process ends, so a jitted function fuses at most
+    8 different programs; it replays the others as generated Python code, the same
+    bits, and says so once on the ``"dualbcast"`` logger.  With other inputs besides
+    (data, index arrays, a temperature), or once a mask computed from traced values
+    (``np.where(x > 0, ...)``) changed between calls (such a program checks it,
+    tracing again whenever a value crosses to the mask's other side), the whole
+    gradient is staged, as below: equal to the eager one to rounding.
+
+    **Other functions are staged.**  Any other function, and a gradient with other
+    inputs, is traced once per signature on a staging trace, recording every
+    operation on its inputs, those of the derivatives computed inside too (their
+    tangents and backward passes; a kernel's loop as one call); later calls run the
+    records as generated Python code.  Values, jvps and Hessian-vector products come
+    out bit for bit as the eager call's; a gradient computed inside runs its backward
+    pass as recorded operations, which may add cotangents in another order than the
+    eager pass: equal to rounding.  Masks computed elementwise from traced values
+    (comparisons, ``np.isnan``, ``np.sign``, ``~``, ``&``, ``|``) are operations of
+    the program, computed again by every replay; a branch on one (``if mask.any()``)
+    is checked, as any ``bool()`` of a traced value is.  A staged replay computes a
+    repeated operation once, leaves out unused views, and runs float64 elementwise
+    operations over 2048 elements or more as compiled loops (one per run of
+    operations over one shape, cached on disk), with NumPy's bits (its order of
+    additions included): arithmetic, square roots, NaN-safe products, slices and
+    their cotangents, rows gathered by index arrays and their cotangents added back,
+    comparisons and masks, ``np.where`` by a mask, ``np.maximum``/``np.minimum``,
+    ``np.sign``, kernel calls (their values and partials), and ``np.sum`` of their
+    values over all axes, the leading or the trailing ones.  A staged program made
+    only of kernel sums and their derivatives' loops, float64 scalar arithmetic and
+    NaN-safe passes over the gradients they give (the Hessian-vector product of
+    ``F(k.sum(x))``) runs from its first replay as one Numba function, as a
+    gradient's program does, with the same bits.
+
+    **What a replay checks**, it checks on every call, and traces again when anything
     differs:
 
     - control flow on traced values (``if x > 0``, ``bool(x)``, masks, ``np.argmax``,
       integer casts, the length of ``np.repeat(x, counts)``): the outcome must be the
       trace's;
-    - the globals, closure variables and default arguments ``f``'s own code names
+    - the globals, closure variables and default arguments ``fn``'s own code names
       must be the same objects (``lambda x: loss(x, data[i])`` with ``i`` rebound
       traces again; for a ``functools.partial``, those of the function it wraps and
       its bound arguments), and the arrays among them must hold what they held (a
@@ -95,34 +129,54 @@ def jit(fn: Callable) -> Callable:
       program eager where no record copied it; ``explain()`` names it: pass it as
       an argument);
     - a kernel called on traced values must read what it read (its globals, closure
-      variables, module attributes, helpers: see ``FastBroadcast.current_generation``);
+      variables, module attributes, helpers: see :func:`fast_broadcast`'s Notes);
     - an error or a floating-point warning met by a replay (an underflow too, unless
-      NumPy's settings ignore it) means tracing again (``f`` may catch it, or warn
-      as NumPy's settings say); a program that caught an error, printed a traced
-      value or called ``stop_gradient`` (in a gradient function) runs eagerly; so do
-      a call with an argument a signature cannot hold (an object with state, a bound
-      method) and a program with an operation that cannot be recorded (a NumPy
-      function with no gradient rule on an input).
+      NumPy's settings ignore it) means tracing again (``fn`` may catch it, or warn as
+      NumPy's settings say).
 
-    It says what it did: each trace, failed replay, fallback and refusal to fuse is
-    logged on the ``"dualbcast"`` logger with its reason; ``jitted.explain()`` reports
-    per signature the traces, replays, eager calls, whether the program is fused and
-    why a call was not replayed; a jitted function that ran eagerly on all of its
-    first 10 calls warns once (``UserWarning``).
+    **What runs eagerly** (every call runs ``fn``, as without ``jit``): a program that
+    caught an error, printed a traced value or called ``stop_gradient`` (in a
+    gradient function); a call with an argument a signature cannot hold (an object
+    with state, a bound method); a program with an operation that cannot be recorded
+    (a NumPy function with no gradient rule on an input).
 
-    What it cannot see, and replays regardless: an attribute or container entry
-    changed (``cfg.scale``, ``params["w"]``), a name rebound inside a helper ``f``
+    **It says what it did.**  Each trace, failed replay, fallback and refusal to fuse
+    is logged on the ``"dualbcast"`` logger with its reason; ``explain()`` reports it
+    per signature; a jitted function that ran eagerly on all of its first 10 calls
+    warns once.
+
+    **What it cannot see, and replays regardless:** an attribute or container entry
+    changed (``cfg.scale``, ``params["w"]``), a name rebound inside a helper ``fn``
     calls, an array changed in place that only a derived value was computed from, a
-    random number drawn inside ``f``, any other side effect (it happens at the trace
+    random number drawn inside ``fn``, any other side effect (it happens at the trace
     only).  Pass such values as arguments, or leave the function eager.
+
+    Examples
+    --------
+    A gradient with data as a second input: new data replays the same program.
 
     >>> import numpy as np, dualbcast as db
     >>> step = db.jit(db.value_and_grad(lambda x, data: np.sum(x ** 2 * data)))
     >>> [step(np.array([1.0, 2.0]), np.array([d, 1.0]))[1] for d in (1.0, 2.0, 3.0)][-1]
     array([6., 4.])
+
+    A Hessian-vector product, staged:
+
     >>> hvp = db.jit(lambda x, v: db.jvp(db.grad(lambda x: np.sum(x ** 3)), (x,), (v,))[1])
     >>> [hvp(np.array([1.0, 2.0]), np.array([1.0, 0.0])) for _ in range(3)][-1]
     array([6., 0.])
+
+    A branch on a traced value is checked by every replay; the other outcome traces
+    again, and ``explain()`` says so:
+
+    >>> absolute = db.jit(lambda x: x if x > 0 else -x)
+    >>> [absolute(v) for v in (1.0, 2.0, -3.0)]
+    [1.0, 2.0, 3.0]
+    >>> print(absolute.explain())
+    db.jit of <lambda> (staged): 1 signature kept
+      (float):
+        2 traces, 1 replay, 0 eager calls, 1 failed replay
+    ...
     """
     if getattr(fn, "__dualbcast_jitted__", False):
         return fn

@@ -115,8 +115,8 @@ def _kernel_form(record, values):
     outputs = answer if type(answer) is tuple else (answer,)
     if call.loop not in ("map", "partials") or prepared is None or record.kwargs \
             or record.others or call.kernel.fastmath or prepared.plan.dtype != _FLOAT64 \
-            or len(record.args) != call.nargs or call.kernel.dependencies is None \
-            or not call.kernel.dependencies.unchanged():
+            or len(record.args) != call.nargs or call.kernel._dependencies is None \
+            or not call.kernel._dependencies.unchanged():
         return None
     spec = prepared.loop.spec
     if call.loop == "partials" and (spec.mode != "partials" or tuple(call.spec) != spec.active

@@ -37,7 +37,7 @@ class KernelCall:
         self.active = call.prepared.loop.spec.active if call.loop == "partials" else ()
         kernel = call.kernel
         self.scalar, self.dependencies, self.cache_key = \
-            kernel.scalar_kernel, kernel.dependencies, kernel.cache_key
+            kernel._scalar_kernel, kernel._dependencies, kernel._cache_key
 
     def current(self):
         """Whether the names the kernel reads still have the values it was bound with."""

@@ -254,7 +254,7 @@ class SegmentSource:
         self.namespace = namespace
         for k, step in enumerate(steps):
             if step.kind == _MAP:
-                namespace[f"_k{n}_{k}"] = step.kernel.scalar_kernel
+                namespace[f"_k{n}_{k}"] = step.kernel._scalar_kernel
         self.source = self._write()
 
     # ---------------------------------------------------------------- names

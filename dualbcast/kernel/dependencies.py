@@ -40,9 +40,52 @@ class Uncacheable(Exception):
 
 
 class FrozenDependencyChanged(RuntimeError):
-    """A name read by code Numba keeps compiled for good (a ``register_jitable`` or
-    ``numba.extending.overload`` function, a ``numba.vectorize`` ufunc) changed: the
-    kernel cannot be compiled afresh with the new value."""
+    """A value read by code that Numba keeps compiled for good changed.
+
+    A kernel computes with the values its names have when it is called: before each
+    call it checks the globals, closure variables and module attributes that its
+    code, and the kernels and ``numba.njit`` helpers it calls, read, and it is
+    compiled afresh when one changed.  Some code cannot be compiled afresh, because
+    Numba keeps it compiled for good: a ``numba.extending.register_jitable`` or
+    ``overload`` function, a ``numba.vectorize`` ufunc, an ``njit`` helper's default
+    arguments, a name read with ``getattr(module, "name")``.  When a value such code
+    reads changes, the kernel's next call (in any mode, and a ``dualbcast.jit``
+    replay) raises this error instead of computing with the old value.  The message
+    names the value and the code that reads it.
+
+    Pass such a value as an argument, or make the function that reads it a
+    ``numba.njit`` helper, which is compiled again.
+
+    See Also
+    --------
+    fast_broadcast : Kernels compute with the values of the moment.
+
+    Examples
+    --------
+    (The first line makes this example's functions a user's, as in your own module:
+    code defined in dualbcast's modules, where these examples run, is digested by
+    name instead of watched.)
+
+    >>> __name__ = "example"
+    >>> import dualbcast as db
+    >>> from numba.extending import register_jitable
+    >>> SCALE = 1.0
+    >>> @register_jitable
+    ... def scaled(x):
+    ...     return SCALE * x
+    >>> @db.fast_broadcast
+    ... def k(x):
+    ...     return scaled(x) ** 2
+    >>> k(3.0)
+    np.float64(9.0)
+    >>> SCALE = 2.0
+    >>> k(3.0)
+    Traceback (most recent call last):
+        ...
+    dualbcast.kernel.dependencies.FrozenDependencyChanged: @fast_broadcast kernel 'k':
+    'SCALE' (read by scaled) changed, but Numba keeps the code that reads it compiled for
+    good ...
+    """
 
 
 class Dependencies:
@@ -223,7 +266,7 @@ class _Walk:
             if _in_library(py_func):
                 self.update(f"{py_func.__module__}.{py_func.__qualname__}".encode())
                 return
-            if hasattr(value, "scalar_kernel"):
+            if hasattr(value, "_scalar_kernel"):
                 # (its options change its code: a fastmath kernel called, libm's math)
                 self.update(repr((getattr(value, "libm", None),
                                   getattr(value, "fastmath", None))).encode())

@@ -268,9 +268,9 @@ class PreparedCall:
         if self.dependencies.unchanged():
             return True
         kernel = self.kernel
-        kernel.current_generation()
-        self.loop = kernel.loop(self.loop.spec)
-        self.dependencies = kernel.dependencies
+        kernel._current_generation()
+        self.loop = kernel._loop(self.loop.spec)
+        self.dependencies = kernel._dependencies
         self.compiled = self.threaded = False       # (a new loop, and its own driver)
         self.choice = None
         return False

@@ -1,24 +1,24 @@
 """Forward mode and second order from one loop: the tangent modes of a kernel.
 
-``kernel.prepare(mode, values, positions)`` with ``values`` the arguments (bound:
+``kernel._prepare(mode, values, positions)`` with ``values`` the arguments (bound:
 positional and complete, no boxes) gives for these modes a :class:`TangentCall`:
 
-- ``prepare("tangent", values, tangent_positions).tangent(values, tangents)``
+- ``_prepare("tangent", values, tangent_positions).tangent(values, tangents)``
   -> ``(value, value_tangent)``, both at the broadcast shape;
-- ``prepare("sum_tangent", values, tangent_positions).sum_tangent(values, tangents)``
+- ``_prepare("sum_tangent", values, tangent_positions).sum_tangent(values, tangents)``
   -> ``(total, total_tangent)``;
-- ``prepare("partials_tangent", values, (wrt, tangent_positions))
+- ``_prepare("partials_tangent", values, (wrt, tangent_positions))
   .partials_tangent(values, tangents)``
   -> ``(value, value_tangent, partials, partial_tangents)``, all at the broadcast
   shape: ``partials[i]`` = dk/darg[wrt[i]], ``partial_tangents[i]`` = sum over j of
   d2k/(darg[wrt[i]] darg[j]) * t[j];
-- ``prepare("sum_partials_tangent", values, (wrt, tangent_positions))
+- ``_prepare("sum_partials_tangent", values, (wrt, tangent_positions))
   .sum_partials_tangent(values, tangents)``
   -> ``(total, total_tangent, gradients, gradient_tangents)``: each gradient (and its
   tangent: a Hessian-vector product) reduced to its argument's shape and dtype, as
   ``sum_and_partials`` gives it.
 
-``prepare("sum_partials_tangent", values, (wrt, tangent_positions, width))`` carries
+``_prepare("sum_partials_tangent", values, (wrt, tangent_positions, width))`` carries
 ``width`` tangent directions in one loop (:mod:`.loops`): ``tangents`` then holds
 ``width`` tangents per position (position by position), and the tangent of the total
 and of each gradient is given per direction (``PreparedCall.sum_partials_tangent``).
@@ -115,7 +115,7 @@ class TangentCall:
         joint.dtype = plan.dtype
         spec = LoopSpec(self.mode, joint.kinds, self.wrt, joint.ndim, (), plan.dtype.name,
                         self.positions, self.width)
-        return kernel.prepared_call(spec, joint)
+        return kernel._prepared_call(spec, joint)
 
     def prepared_for(self, operands):
         """The prepared call that runs ``operands`` (the arguments, then the

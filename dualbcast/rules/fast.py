@@ -95,7 +95,7 @@ class _KernelRule:
         # signature, so the kernel's own lookup (a key over every argument) is skipped.
         prepared = self.prepared
         if prepared is None:
-            prepared = self.prepared = self.kernel.prepare(mode, values, self.active)
+            prepared = self.prepared = self.kernel._prepare(mode, values, self.active)
         return prepared
 
 

@@ -209,7 +209,7 @@ class KernelLoop:
         values, tangents = operands[:self.nargs], operands[self.nargs:]
         loop, prepared = self.loop, self.prepared
         if prepared is None:
-            prepared = self.prepared = self.kernel.prepare(loop, values, self.spec)
+            prepared = self.prepared = self.kernel._prepare(loop, values, self.spec)
         if loop == "map":
             return prepared.map(values)
         if loop == "sum":
