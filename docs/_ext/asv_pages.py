@@ -93,8 +93,9 @@ class Results:
     @property
     def machine(self):
         params = self.raw.get("params", {})
+        versions = ", ".join(f"{k} {v}" for k, v in self.raw.get("versions", {}).items())
         return (f"{params.get('cpu', '?')}, {params.get('num_cpu', '?')} CPUs, "
-                f"{params.get('os', '?')}; Python {self.raw.get('python', '?')}; "
+                f"{params.get('os', '?')}; {versions}; "
                 f"commit {self.raw.get('commit_hash', '?')[:8]}, "
                 f"{self.raw.get('date_text', '')}")
 
@@ -145,7 +146,14 @@ TABLES = [
                      "design_matrix": "design matrix", "nine_arguments": "nine kernel arguments"},
           column_names={"dualbcast": "eager", "dualbcast_jit": "db.jit"}),
     Table("first_gradient", "bench_first_gradient.FirstGradient.track_seconds", rows="system",
-          columns="cache", row_names={"": "first gradient in a fresh process, seconds"}),
+          columns="cache", column_names={"empty": "empty cache", "warm": "warm cache"},
+          row_names={"": "first gradient in a fresh process, seconds",
+                     "dualbcast_chain": "ten-kernel chain, `db.value_and_grad`",
+                     "jax_chain": "the same chain, JAX `jit(value_and_grad)`",
+                     "dualbcast_eam": "EAM energy, `db.value_and_grad`",
+                     "dualbcast_eam_threads": "EAM at 10^6 on two threads",
+                     "numba_eam": "EAM gradient by hand, `numba.njit`",
+                     "numba_floor": "a trivial `numba.njit` function (Numba's floor)"}),
     Table("kernel_modes", "bench_kernels.KernelRatios.track_ratio_to_numba", rows="mode",
           columns="n", where={"workload": "eam_rho"},
           row_names={"": "EAM density kernel / numba.njit by hand"}),

@@ -15,6 +15,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 RESULTS = os.path.join(ROOT, "asv_bench", "results")
 
 
+def _versions():
+    """The versions of what was measured (asv runs in this environment: --python=same)."""
+    import importlib.metadata
+    import platform
+    found = {"Python": platform.python_version()}
+    for name in ("numba", "numpy", "jax", "torch"):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return found
+
+
 def main():
     candidates = [p for p in glob.glob(os.path.join(RESULTS, "*", "*.json"))
                   if os.path.basename(p) != "machine.json"]
@@ -25,6 +38,7 @@ def main():
         benchmarks = json.load(f)
     results["param_names"] = {name: benchmarks[name].get("param_names", [])
                               for name in results["results"] if name in benchmarks}
+    results["versions"] = _versions()
     results["date_text"] = datetime.datetime.fromtimestamp(
         results["date"] / 1000, datetime.timezone.utc).strftime("%Y-%m-%d")
     target = os.path.join(ROOT, "docs", "benchmarks", "results.json")
