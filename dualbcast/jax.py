@@ -124,6 +124,18 @@ class Op:
     ----------
     kernel : FastBroadcast
         The kernel.
+
+    Examples
+    --------
+    >>> import math, jax.numpy as jnp, dualbcast as db, dualbcast.jax
+    >>> @db.fast_broadcast
+    ... def cube(x):
+    ...     return x * x * x
+    >>> op = dualbcast.jax.wrap(cube)
+    >>> op.kernel is cube
+    True
+    >>> op(jnp.arange(3.0)).tolist(), float(op.sum(jnp.arange(3.0)))
+    ([0.0, 1.0, 8.0], 9.0)
     """
 
     def __init__(self, kernel):

@@ -111,3 +111,38 @@ def test_the_readme_benchmark_table_is_the_last_asv_run():
         sys.path.remove(str(DOCS / "_ext"))
     readme = (DOCS.parent / "README.md").read_text()
     assert asv_pages.table("programs") in readme
+
+
+def _public_objects():
+    objects = {f"dualbcast.{name}": getattr(dualbcast, name) for name in dualbcast.__all__
+               if name != "config"}
+    objects["dualbcast.config.Config"] = type(dualbcast.config)
+    for method in ("__call__", "sum", "value_and_partials", "sum_and_partials",
+                   "sum_hessian_diagonal", "jvp", "sum_jvp"):
+        objects[f"dualbcast.FastBroadcast.{method}"] = getattr(dualbcast.FastBroadcast, method)
+    for module, public in (("torch", ("wrap", "TorchOp")), ("jax", ("wrap", "Op")),
+                           ("scipy", ("Objective", "objective")),
+                           ("dask", ("BlockwiseCall",))):
+        spec = {"torch": "torch", "jax": "jax", "scipy": "scipy", "dask": "dask.array"}[module]
+        if importlib.util.find_spec(spec.split(".")[0]) is None:
+            continue
+        adapter = importlib.import_module(f"dualbcast.{module}")
+        objects.update({f"dualbcast.{module}.{name}": getattr(adapter, name) for name in public})
+    return objects
+
+
+@pytest.mark.parametrize("name", sorted(_public_objects()))
+def test_public_docstrings_have_numpydoc_sections(name):
+    # The API reference is these docstrings: what a call takes, gives, raises, and an
+    # example (which tests/test_docstrings.py runs).
+    obj = _public_objects()[name]
+    doc = obj.__doc__ or ""
+    sections = set(re.findall(r"^\s*(\w[\w ]*)\n\s*-{3,}\s*$", doc, re.M))
+    if isinstance(obj, type) and issubclass(obj, Exception):
+        wanted = {"Examples"}
+    elif isinstance(obj, type):
+        wanted = {"Examples"} | ({"Attributes"} if name.endswith("Config") else set())
+    else:
+        wanted = {"Parameters", "Returns", "Examples"}
+    assert wanted <= sections, f"{name}: missing {sorted(wanted - sections)}"
+    assert ">>>" in doc
