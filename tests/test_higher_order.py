@@ -410,3 +410,24 @@ def test_a_jvp_leaves_no_reference_cycle():
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("transform", ["jacobian", "jacfwd", "jacrev"])
+def test_jacobians_pass_keyword_arguments_through(transform):
+    # As grad does: keyword arguments reach f and are not differentiated.
+    def f(x, scale=1.0, power=2):
+        return scale * x ** power
+    x = np.array([1.0, 2.0, 3.0])
+    J = getattr(db, transform)(f)(x, scale=2.0, power=3)
+    np.testing.assert_allclose(J, np.diag(2.0 * 3 * x ** 2), rtol=1e-14)
+
+
+def test_hessian_passes_keyword_arguments_through():
+    def f(x, y, scale=1.0):
+        return scale * np.sum(x ** 3) * y
+    x = np.array([1.0, 2.0])
+    H = db.hessian(f)(x, 5.0, scale=2.0)
+    np.testing.assert_allclose(H, np.diag(2.0 * 6.0 * x * 5.0), rtol=1e-14)
+    blocks = db.hessian(f, argnums=(0, 1))(x, 5.0, scale=2.0)
+    np.testing.assert_allclose(blocks[0][1], 2.0 * 3.0 * x ** 2, rtol=1e-14)
+    assert blocks[1][1] == 0.0

@@ -41,8 +41,8 @@ class Table:
 
     def markdown(self, results):
         rows, columns, table = self.cells(results)
-        head = [self.row_names.get("", self.rows)] + [self.column_names.get(c, _label(c))
-                                                        for c in columns]
+        head = [self.row_names.get("", self.rows)]
+        head += [self.column_names.get(c, _label(c)) for c in columns]
         lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
         for row in rows:
             cells = [_format(table.get((row, c)), self.digits) for c in columns]

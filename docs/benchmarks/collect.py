@@ -1,9 +1,9 @@
 """Copy the newest asv results of this machine into ``docs/benchmarks/results.json``,
-with each benchmark's parameter names (which asv keeps in ``benchmarks.json``), for
-the site's tables and plots (``docs/_ext/asv_pages.py``).
+with each benchmark's parameter names (which asv keeps in ``benchmarks.json``) and the
+versions measured, for the site's tables and plots (``docs/_ext/asv_pages.py``).
 
-    cd asv_bench && asv run --python=same --set-commit-hash $(git rev-parse HEAD) \\
-        --bench "ProgramRatios|WritingFast|EamHvpJax|RegressionHessianJax|FirstGradient|KernelRatios"
+    cd asv_bench && asv run --python=same --set-commit-hash $(git rev-parse HEAD) --bench \\
+        "ProgramRatios|WritingFast|EamHvpJax|RegressionHessianJax|FirstGradient|KernelRatios"
     cd .. && python docs/benchmarks/collect.py
 """
 import datetime

@@ -50,12 +50,13 @@ def jacobian(f: Callable, argnums: Argnums = 0, *, mode: str = "auto") -> Callab
     Returns
     -------
     callable
-        A function of ``f``'s positional arguments (it takes no keyword arguments)
-        returning the Jacobian, an array of shape ``out.shape + x.shape`` (0-d for a
-        scalar output of a scalar argument); a tuple of them, one per argument, when
-        ``argnums`` is a tuple.  Its dtype is the argument's when it is computed by
-        rows, the output's when by columns, as in JAX (they differ only when ``f``
-        changes precision, float32 in and float64 out).
+        A function of ``f``'s arguments (keyword arguments are passed to ``f`` and
+        not differentiated, as :func:`grad`'s) returning the Jacobian, an array of
+        shape ``out.shape + x.shape`` (0-d for a scalar output of a scalar argument);
+        a tuple of them, one per argument, when ``argnums`` is a tuple.  Its dtype is
+        the argument's when it is computed by rows, the output's when by columns, as
+        in JAX (they differ only when ``f`` changes precision, float32 in and float64
+        out).
 
     Raises
     ------
@@ -110,8 +111,8 @@ def jacobian(f: Callable, argnums: Argnums = 0, *, mode: str = "auto") -> Callab
     single = positions_for.single
 
     @functools.wraps(f, updated=())   # (not f's attributes: db.jit reads what made a function)
-    def jacobian_f(*args):
-        inputs, of_inputs = _restricted(f, args, positions_for, _checked_output)
+    def jacobian_f(*args, **kwargs):
+        inputs, of_inputs = _restricted(f, args, kwargs, positions_for, _checked_output)
         if mode == "forward":
             blocks = _by_columns(of_inputs, inputs)
         else:
@@ -238,10 +239,11 @@ def hessian(f: Callable, argnums: Argnums = 0) -> Callable:
     Returns
     -------
     callable
-        A function of ``f``'s positional arguments (it takes no keyword arguments)
-        returning the Hessian: an array of shape ``x.shape + x.shape`` (0-d for a
-        scalar argument); for a tuple ``argnums``, a tuple of tuples of blocks, block
-        ``[i][j]`` of shape ``x_i.shape + x_j.shape``.
+        A function of ``f``'s arguments (keyword arguments are passed to ``f`` and
+        not differentiated, as :func:`grad`'s) returning the Hessian: an array of
+        shape ``x.shape + x.shape`` (0-d for a scalar argument); for a tuple
+        ``argnums``, a tuple of tuples of blocks, block ``[i][j]`` of shape
+        ``x_i.shape + x_j.shape``.
 
     Raises
     ------
@@ -290,10 +292,11 @@ def hessian(f: Callable, argnums: Argnums = 0) -> Callable:
     gradient = grad(f, argnums)
 
     @functools.wraps(f, updated=())   # (not f's attributes: db.jit reads what made a function)
-    def hessian_f(*args):
+    def hessian_f(*args, **kwargs):
         inputs, gradient_of_inputs = _restricted(
-            lambda *full: gradient(*full) if single else _flat_concatenation(gradient(*full)),
-            args, positions_for)
+            lambda *full, **kw: gradient(*full, **kw) if single
+            else _flat_concatenation(gradient(*full, **kw)),
+            args, kwargs, positions_for)
         blocks = _by_columns(gradient_of_inputs, inputs)
         if single:
             return blocks[0]
@@ -308,10 +311,10 @@ def hessian(f: Callable, argnums: Argnums = 0) -> Callable:
     return hessian_f
 
 
-def _restricted(f, args, positions_for, check=None):
+def _restricted(f, args, kwargs, positions_for, check=None):
     """The differentiated arguments of a call of ``f`` (``positions_for``: its
     :class:`.trace.ArgumentPositions`) and ``f`` as a function of them alone (the other
-    arguments as given)."""
+    arguments, and the keyword arguments, as given)."""
     chosen = positions_for(len(args))[0]
     for i in chosen:
         _check_input(args[i], i)
@@ -320,7 +323,7 @@ def _restricted(f, args, positions_for, check=None):
         full = list(args)
         for i, x in zip(chosen, xs):
             full[i] = x
-        out = f(*full)
+        out = f(*full, **kwargs)
         return out if check is None else check(out, f)
     return [args[i] for i in chosen], of_inputs
 
