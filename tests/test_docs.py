@@ -16,9 +16,12 @@ DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 PAGES = sorted(p for p in DOCS.rglob("*.md")
                if "_build" not in p.parts and "gallery" not in p.parts
                and "_generated" not in p.parts)
+README = DOCS.parent / "README.md"
 
 # What an example prints, where the page shows it (an error message a reader relies on).
 PRINTED = {
+    "README.md": ["could not be broadcast together with shapes (3,) (4,) () ()",
+                  "no gradient rule for numpy.median"],
     "guide/kernels.md": ["could not be broadcast together with shapes (3,) (4,) () ()"],
     "sharp-bits.md": ["no gradient rule for numpy.median",
                       "is a constant, compared on every replay"],
@@ -43,7 +46,11 @@ def _missing_extra(block):
     return None
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(DOCS)))
+def _name(page):
+    return "README.md" if page == README else str(page.relative_to(DOCS))
+
+
+@pytest.mark.parametrize("page", [README] + PAGES, ids=_name)
 def test_page_examples_run(page, capsys):
     namespace = {}
     missing = []
@@ -54,7 +61,7 @@ def test_page_examples_run(page, capsys):
             continue
         exec(compile(block, str(page), "exec"), namespace)
     printed = capsys.readouterr().out
-    for text in PRINTED.get(str(page.relative_to(DOCS)), []):
+    for text in PRINTED.get(_name(page), []):
         assert text in printed
     if missing:
         pytest.skip(f"examples needing {', '.join(missing)} did not run (not installed)")

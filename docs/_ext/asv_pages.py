@@ -28,9 +28,8 @@ class Table:
         self.row_names, self.column_names = row_names or {}, column_names or {}
 
     def cells(self, results):
-        values = results.value_table(self.benchmark)
         table = {}
-        for params, value in values.items():
+        for params, value in results.value_table(self.benchmark):
             if all(params.get(k) == v for k, v in self.where.items()):
                 table[params[self.rows], params[self.columns]] = value
         if not table:
@@ -67,7 +66,7 @@ def _format(value, digits):
 
 
 class Results:
-    """An asv results file: each benchmark's values keyed by its parameters."""
+    """An asv results file: each benchmark's values with their parameters."""
 
     def __init__(self, path):
         with open(path) as f:
@@ -81,14 +80,13 @@ class Results:
         values = entry[self.columns.index("result")]
         params = entry[self.columns.index("params")] if "params" in self.columns else []
         names = self.raw.get("param_names", {}).get(benchmark)
-        table = {}
+        table = []
         for i, combination in enumerate(itertools.product(*params) if params else [()]):
             keys = names or [f"p{k}" for k in range(len(combination))]
-            parsed = {k: _parse(v) for k, v in zip(keys, combination)}
             value = values[i] if isinstance(values, list) else values
             if value is not None and value == value:       # not failed, not NaN
-                table[_frozen(parsed)] = value
-        return {_Params(k): v for k, v in table.items()}
+                table.append(({k: _parse(v) for k, v in zip(keys, combination)}, value))
+        return table
 
     @property
     def machine(self):
@@ -106,20 +104,6 @@ def _parse(text):
     except (ValueError, SyntaxError):
         return text
 
-
-def _frozen(params):
-    return tuple(sorted(params.items()))
-
-
-class _Params(dict):
-    """Parameters as a hashable dict (a key of the value table)."""
-
-    def __init__(self, key):
-        super().__init__(key)
-        self._key = key
-
-    def __hash__(self):
-        return hash(self._key)
 
 
 PROGRAM_NAMES = {"": "program", "potential": "pair + three-body potential, neighbour lists",
@@ -174,12 +158,13 @@ def writing_fast_table(results):
              "jit": "`db.jit` of a staged gradient",
              "vmap": "`db.vmap(db.grad(f))` for a loop of `db.grad(f)` over examples"}
     before = results.value_table("bench_writing_fast.WritingFast.track_before_us")
-    after = results.value_table("bench_writing_fast.WritingFast.track_after_us")
+    after = {p["case"]: v for p, v in
+             results.value_table("bench_writing_fast.WritingFast.track_after_us")}
     lines = ["| change | before | after | speed-up |", "|---|---|---|---|"]
-    for params, b in before.items():
-        a = after[params]
-        lines.append(f"| {names.get(params['case'], params['case'])} | {_us(b)} | {_us(a)} "
-                     f"| {b / a:.1f}x |")
+    for params, b in before:
+        case = params["case"]
+        a = after[case]
+        lines.append(f"| {names.get(case, case)} | {_us(b)} | {_us(a)} | {b / a:.1f}x |")
     return "\n".join(lines) + "\n"
 
 
@@ -194,15 +179,14 @@ def programs_plot(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    values = results.value_table("bench_programs.ProgramRatios.track_ratio")
+    values = {(p["program"], p["threads"], p["ratio"]): v for p, v in
+              results.value_table("bench_programs.ProgramRatios.track_ratio")}
     programs = [p for p in PROGRAM_NAMES if p]
     series = {"eager / JAX jit": "eager/jax", "db.jit / JAX jit": "jit/jax"}
     fig, ax = plt.subplots(figsize=(8, 3.6))
     width = 0.38
     for k, (label, ratio) in enumerate(series.items()):
-        heights = [next((v for p, v in values.items() if p["program"] == name
-                         and p["threads"] == "one" and p["ratio"] == ratio), float("nan"))
-                   for name in programs]
+        heights = [values.get((name, "one", ratio), float("nan")) for name in programs]
         ax.bar([i + (k - 0.5) * width for i in range(len(programs))], heights, width,
                label=label)
     ax.axhline(1.0, color="black", linewidth=0.8)

@@ -145,8 +145,8 @@ def jacfwd(f: Callable, argnums: Argnums = 0) -> Callable:
     Returns
     -------
     callable
-        A function of ``f``'s positional arguments returning the Jacobian, of shape
-        ``out.shape + x.shape``, as :func:`jacobian`'s.
+        A function of ``f``'s arguments returning the Jacobian, of shape
+        ``out.shape + x.shape``, as :func:`jacobian`'s (keyword arguments too).
 
     Raises
     ------
@@ -193,8 +193,8 @@ def jacrev(f: Callable, argnums: Argnums = 0) -> Callable:
     Returns
     -------
     callable
-        A function of ``f``'s positional arguments returning the Jacobian, of shape
-        ``out.shape + x.shape``, as :func:`jacobian`'s.
+        A function of ``f``'s arguments returning the Jacobian, of shape
+        ``out.shape + x.shape``, as :func:`jacobian`'s (keyword arguments too).
 
     Raises
     ------
